@@ -1,0 +1,200 @@
+"""Audit cases: which models, prompts, sampling parameters and lengths an audit runs.
+
+A case is a batch layout: ``row_classes`` are interleaved across the batch (row ``r`` is
+of class ``r % C``), so every batch holds rows with different laws (bugs that mix rows
+show), and every class has many rows (each class's law is checked on its own). The
+checked length ``length`` exceeds ``num_draft_tokens + 1``, so every sequence spans
+several rounds (bugs past the γ-th token or in later rounds show).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig
+
+__all__ = ["RowClass", "AuditCase", "default_cases", "quick_cases"]
+
+
+@dataclass(frozen=True)
+class RowClass:
+    """One kind of batch row: a prompt and the target's and the draft's parameters."""
+
+    prompt: tuple[int, ...]
+    target_params: SamplingParams
+    draft_params: SamplingParams
+
+    def describe(self) -> str:
+        return (f"prompt {list(self.prompt)}; target {self.target_params.describe()}; "
+                f"draft {self.draft_params.describe()}")
+
+
+@dataclass(frozen=True)
+class AuditCase:
+    """One audited configuration.
+
+    Parameters
+    ----------
+    name : str
+        Unique, short, file-name safe.
+    model : ToyLMConfig
+        The target model; the draft is ``ToyLM(model).draft(mismatch)``.
+    mismatch : float
+        Draft/target mismatch (0: identical models).
+    row_classes : tuple of RowClass
+        Interleaved batch rows (``C`` classes).
+    num_draft_tokens : int
+        γ.
+    length : int
+        Generated tokens per sequence whose joint law is checked (``max_new_tokens``).
+    batch_size : int
+        Rows per decoder call; a multiple of ``2 * C`` (pairs of same-class rows).
+    exact : bool
+        True: the sequence law is enumerated and checked exactly (small ``V ** length``).
+        False: the first token is checked against its exact law and the sequences against
+        naive samples (two-sample).
+    """
+
+    name: str
+    model: ToyLMConfig
+    mismatch: float
+    row_classes: tuple[RowClass, ...]
+    num_draft_tokens: int
+    length: int
+    batch_size: int = 2048
+    exact: bool = True
+    description: str = ""
+    weight: float = 1.0
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        C = len(self.row_classes)
+        if C == 0:
+            raise ValueError(f"case {self.name!r}: row_classes is empty")
+        if self.batch_size % (2 * C):
+            raise ValueError(f"case {self.name!r}: batch_size={self.batch_size} is not a multiple of 2*C={2 * C}")
+        if self.num_draft_tokens < 1 or self.length < 1:
+            raise ValueError(f"case {self.name!r}: num_draft_tokens and length must be >= 1")
+        plens = {len(rc.prompt) for rc in self.row_classes}
+        if len(plens) != 1:
+            raise ValueError(f"case {self.name!r}: prompts must have one length, got {sorted(plens)}")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.model.eos_token_id
+
+    def models(self, device: torch.device | str = "cpu") -> tuple[ToyLM, ToyLM]:
+        """The (target, draft) pair on ``device``."""
+        target = ToyLM(self.model, device=device)
+        return target, target.draft(self.mismatch)
+
+    def batch(self, device: torch.device | str = "cpu"):
+        """Prompt ``[B, T0]`` and per-row target / draft parameters for one decoder call."""
+        C = len(self.row_classes)
+        classes = [self.row_classes[r % C] for r in range(self.batch_size)]
+        prompts = torch.tensor([rc.prompt for rc in classes], dtype=torch.int64, device=device)
+        return prompts, [rc.target_params for rc in classes], [rc.draft_params for rc in classes]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["row_classes"] = [rc.describe() for rc in self.row_classes]
+        return d
+
+
+def _sp(**kw) -> SamplingParams:
+    return SamplingParams(**kw)
+
+
+def default_cases() -> list[AuditCase]:
+    """The built-in audit: exact cases over several vocabularies, truncations, penalties,
+    EOS and ``max_new_tokens`` cut, and one larger-vocabulary case."""
+    plain = _sp()
+    return [
+        AuditCase(
+            name="v8-plain",
+            description="T=1 both sides, no truncation; two prompts; sequences span 2+ rounds",
+            model=ToyLMConfig(vocab_size=8, seed=11, zipf_exponent=1.0, context_strength=2.0),
+            mismatch=0.8,
+            row_classes=(
+                RowClass((1, 2), plain, plain),
+                RowClass((5, 0), plain, _sp(temperature=1.3)),
+            ),
+            num_draft_tokens=2,
+            length=5,
+        ),
+        AuditCase(
+            name="v6-trunc-penalties",
+            description="top-p/top-k/min-p on both sides with repetition, presence and frequency "
+                        "penalties re-applied per candidate prefix; EOS",
+            model=ToyLMConfig(vocab_size=6, seed=5, zipf_exponent=0.8, context_strength=2.5,
+                              eos_token_id=5, eos_logit=-2.0),
+            mismatch=0.6,
+            row_classes=(
+                RowClass((1, 2), _sp(temperature=0.8, top_p=0.85, repetition_penalty=1.5),
+                         _sp(temperature=1.2, top_k=4)),
+                RowClass((3, 3), _sp(temperature=1.1, min_p=0.08, presence_penalty=0.7),
+                         _sp(temperature=0.7, frequency_penalty=0.4)),
+                RowClass((0, 4), _sp(top_k=3, frequency_penalty=0.5, repetition_penalty=0.8),
+                         _sp(top_p=0.7, presence_penalty=0.3)),
+            ),
+            num_draft_tokens=3,
+            length=6,
+            batch_size=1536,
+        ),
+        AuditCase(
+            name="v12-eos-cut",
+            description="EOS likely and max_new_tokens shorter than a full round (γ+1 > length): "
+                        "rounds are cut, no bonus past the cut",
+            model=ToyLMConfig(vocab_size=12, seed=7, zipf_exponent=1.2, context_strength=2.0,
+                              eos_token_id=0, eos_logit=-0.5),
+            mismatch=1.0,
+            row_classes=(
+                RowClass((3,), _sp(temperature=0.9), _sp(temperature=1.0)),
+                RowClass((4,), _sp(top_k=6), _sp(temperature=1.5, top_k=8)),
+            ),
+            num_draft_tokens=4,
+            length=4,
+        ),
+        AuditCase(
+            name="v4-greedy-mix",
+            description="greedy rows (T=0) beside sampled rows in one batch; long sequences",
+            model=ToyLMConfig(vocab_size=4, seed=3, zipf_exponent=0.6, context_strength=2.0),
+            mismatch=0.5,
+            row_classes=(
+                RowClass((1,), _sp(temperature=0), _sp(temperature=0)),
+                RowClass((2,), _sp(temperature=0.6), _sp(temperature=0)),
+                RowClass((0,), _sp(temperature=1.0, repetition_penalty=1.3), _sp(temperature=0.6)),
+            ),
+            num_draft_tokens=1,
+            length=7,
+            batch_size=1536,
+        ),
+        AuditCase(
+            name="v4096-zipf",
+            description="V=4096 Zipf head with top-p: first token exact, sequences two-sample "
+                        "against naive sampling",
+            model=ToyLMConfig(vocab_size=4096, seed=17, zipf_exponent=1.1, context_strength=1.5,
+                              eos_token_id=4095, eos_logit=-3.0),
+            mismatch=0.4,
+            row_classes=(
+                RowClass((7, 8), _sp(temperature=0.9, top_p=0.95), _sp(temperature=1.0)),
+                RowClass((9, 1), _sp(temperature=1.0, min_p=0.01, presence_penalty=0.5),
+                         _sp(temperature=0.8, top_k=50)),
+            ),
+            num_draft_tokens=3,
+            length=3,
+            batch_size=512,
+            exact=False,
+            weight=2.0,
+        ),
+    ]
+
+
+def quick_cases() -> list[AuditCase]:
+    """A small subset for fast tests: the exact cases with smaller batches."""
+    from dataclasses import replace
+
+    return [replace(c, batch_size=c.batch_size // 4 if c.exact else c.batch_size)
+            for c in default_cases() if c.exact]

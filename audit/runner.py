@@ -1,0 +1,258 @@
+"""Run audit cases against a verifier and collect calibrated check results.
+
+Per exact case and row class ``c`` (its own law), with ``n`` sequences of class ``c``:
+
+- ``sequence_law[c]``: goodness of fit of the first ``length`` generated tokens against the
+  law enumerated in float64 (any sequence of zero probability fails at once);
+- ``accepted_length[c]``: law of the drafts accepted in the first round against its exact
+  law (``P(N >= i)`` is a sum of products of ``min(target, draft)``); under-acceptance
+  fails here even when the emitted law is right;
+- ``independent_rows[c]`` / ``independent_calls[c]``: pairs of same-class rows of one
+  decoder call, and the same row in two successive calls, must agree as often as two
+  independent draws (``sum_s P(s)^2``); shared randomness inflates it.
+
+Per two-sample case (V too large to enumerate): the first token against its exact law, the
+first-round acceptance count against ``sum_v min(target, draft)`` (exact binomial), the
+sequences against naive target-only sampling (chi-square homogeneity), and the same
+independence checks with the collision probability of the first token.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from specexact.decoders import (
+    VerifierProtocolError,
+    batch_params,
+    naive_generate,
+    process_logits,
+    speculative_generate,
+)
+from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
+from specexact.exactness.exact_tests import binomial_check
+from specexact.exactness.goodness_of_fit import chisquare_gof
+from specexact.exactness.independence import pair_agreement_check
+from specexact.exactness.results import CheckResult
+from specexact.exactness.two_sample import chisquare_homogeneity
+
+from .cases import AuditCase
+
+__all__ = ["CaseResult", "run_case", "checks_per_case", "case_seed"]
+
+
+@dataclass
+class CaseResult:
+    """What one case produced: checks, sample counts, timing, defects."""
+
+    case: AuditCase
+    checks: list[CheckResult] = field(default_factory=list)
+    num_sequences: int = 0
+    num_batches: int = 0
+    wall_time_s: float = 0.0
+    defect: str | None = None
+    seed: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.defect is None and all(c.passed for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.case.name,
+            "description": self.case.description,
+            "config": self.case.to_dict(),
+            "seed": self.seed,
+            "num_sequences": self.num_sequences,
+            "num_batches": self.num_batches,
+            "wall_time_s": self.wall_time_s,
+            "verdict": "pass" if self.passed else "fail",
+            "defect": self.defect,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+def checks_per_case(case: AuditCase) -> int:
+    """How many checks :func:`run_case` runs for ``case`` (known before sampling, so the
+    audit can split its false-fail rate in advance)."""
+    per_class = 4 if case.exact else 5
+    return per_class * len(case.row_classes)
+
+
+def case_seed(seed: int, case: AuditCase) -> int:
+    """The case's generator seed: a stable function of the audit seed and the case name."""
+    return (seed * 1_000_003 + zlib.crc32(case.name.encode())) % (2**63)
+
+
+def _defect_check(name: str, message: str, alpha: float) -> CheckResult:
+    return CheckResult(
+        name=name, method="exact", statistic=float("inf"), pvalue=0.0, dof=None, n=0,
+        false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.0, passed=False,
+        worst=(), details={"message": message}, description="the sampler crashed or broke the protocol",
+    )
+
+
+def run_case(
+    case: AuditCase,
+    verifier: Callable,
+    *,
+    false_fail_rate: float,
+    seed: int = 0,
+    num_batches: int | None = None,
+    time_budget_s: float | None = None,
+    device: torch.device | str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> CaseResult:
+    """Sample ``case`` with ``verifier`` inside the built-in decoder and check its laws.
+
+    Parameters
+    ----------
+    case : AuditCase
+    verifier : callable
+        Anything with the :func:`~specexact.decoders.verify` protocol.
+    false_fail_rate : float
+        Per-check false-fail rate (the audit's total divided by its number of checks).
+    seed : int
+        Audit seed; the case's generator is seeded with :func:`case_seed`.
+    num_batches : int, optional
+        Fixed number of decoder calls (rounded up to even). Exactly one of ``num_batches``
+        and ``time_budget_s`` must be given.
+    time_budget_s : float, optional
+        Sample until this many seconds have passed (at least 2 calls). The sample size
+        then depends on the machine's speed but never on the data.
+    device : torch.device or str
+    progress : callable, optional
+        ``progress(num_sequences, num_batches)`` after each call.
+
+    Returns
+    -------
+    CaseResult
+        A crash or protocol violation of the verifier is recorded as ``defect`` with a
+        failing check of p-value 0.
+    """
+    if (num_batches is None) == (time_budget_s is None):
+        raise ValueError("give exactly one of num_batches and time_budget_s")
+    start = time.perf_counter()
+    result = CaseResult(case=case, seed=case_seed(seed, case))
+    gen = torch.Generator(device=device).manual_seed(result.seed)
+    naive_gen = torch.Generator(device=device).manual_seed(result.seed ^ 0x5EED)
+    target, draft = case.models(device)
+    prompts, t_params, d_params = case.batch(device)
+    C = len(case.row_classes)
+    L = case.length
+
+    tokens, first_round, naive_tokens = [], [], []
+    b = 0
+    while True:
+        try:
+            out = speculative_generate(
+                target, draft, prompts, t_params, d_params,
+                num_draft_tokens=case.num_draft_tokens, max_new_tokens=L,
+                generator=gen, eos_token_id=case.eos_token_id, verifier=verifier,
+            )
+        except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
+            kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
+            msg = f"{kind} in decoder call {b}: {type(exc).__name__}: {exc}"
+            result.defect = msg + "\n" + "".join(traceback.format_exception(exc)[-3:])
+            result.checks.append(_defect_check("defect", msg, false_fail_rate))
+            break
+        tokens.append(out.tokens.cpu())
+        first_round.append(out.accepted_lengths[:, 0].cpu())
+        if not case.exact:
+            naive_tokens.append(naive_generate(target, prompts, t_params, max_new_tokens=L,
+                                               generator=naive_gen, eos_token_id=case.eos_token_id).tokens.cpu())
+        b += 1
+        result.num_batches = b
+        result.num_sequences = b * case.batch_size
+        if progress is not None:
+            progress(result.num_sequences, b)
+        if num_batches is not None:
+            if b >= num_batches + (num_batches % 2):
+                break
+        elif time.perf_counter() - start >= time_budget_s and b >= 2 and b % 2 == 0:
+            break
+    if result.defect is None:
+        all_tokens = torch.stack(tokens)  # [nb, B, L]
+        accepted = torch.stack(first_round)  # [nb, B]
+        naive_all = torch.stack(naive_tokens) if naive_tokens else None
+        for c in range(C):
+            result.checks.extend(
+                _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate)
+            )
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _pair_checks(codes: np.ndarray, collision: float, alpha: float, label: str) -> list[CheckResult]:
+    """codes: [nb, R] outcome codes of one class (R rows per call, R even)."""
+    within = codes[:, 0::2] == codes[:, 1::2]
+    nb = codes.shape[0] - codes.shape[0] % 2
+    across = codes[0:nb:2] == codes[1:nb:2]
+    return [
+        pair_agreement_check(int(within.sum()), int(within.size), collision,
+                             false_fail_rate=alpha, name=f"independent_rows[{label}]"),
+        pair_agreement_check(int(across.sum()), int(across.size), collision,
+                             false_fail_rate=alpha, name=f"independent_calls[{label}]"),
+    ]
+
+
+def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha) -> list[CheckResult]:
+    C = len(case.row_classes)
+    rc = case.row_classes[c]
+    label = f"class {c}"
+    prompt = torch.tensor(rc.prompt, dtype=torch.int64)
+    toks = all_tokens[:, c::C]  # [nb, R, L]
+    nb, R, L = toks.shape
+    flat = toks.reshape(nb * R, L)
+    acc = accepted[:, c::C].reshape(-1).numpy()
+    gamma = case.num_draft_tokens
+    checks: list[CheckResult] = []
+    acc_law = acceptance_law(target, draft, prompt, rc.target_params, rc.draft_params,
+                             num_draft_tokens=gamma, max_paths=500_000)
+    if case.exact:
+        law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id)
+        counts, unexpected = count_sequences(law, flat)
+        probs, labels = law.probs, law.labels()
+        if len(unexpected):
+            counts = np.concatenate([counts, np.full(len(unexpected), 0)])
+            # Zero-probability outcomes that were observed: append with their counts.
+            codes_u = encode_sequences(unexpected, law.vocab_size)
+            codes_all = encode_sequences(flat, law.vocab_size)
+            counts[-len(unexpected):] = [(codes_all == cu).sum() for cu in codes_u]
+            probs = np.concatenate([probs, np.zeros(len(unexpected))])
+            labels = labels + [" ".join(str(int(t)) for t in row if t >= 0) for row in unexpected]
+        checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha, labels=labels,
+                                    name=f"sequence_law[{label}]"))
+        collision = law.collision_probability()
+        codes = encode_sequences(flat, law.vocab_size).reshape(nb, R)
+    else:
+        p0 = process_logits(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
+                            batch_params(rc.target_params, 1)).numpy()[0]
+        first = np.bincount(flat[:, 0].numpy(), minlength=case.model.vocab_size)
+        checks.append(chisquare_gof(first, p0, false_fail_rate=alpha, name=f"first_token_law[{label}]"))
+        spec_codes = encode_sequences(flat, case.model.vocab_size)
+        naive_codes = encode_sequences(naive_all[:, c::C].reshape(-1, L), case.model.vocab_size)
+        support, inv = np.unique(np.concatenate([spec_codes, naive_codes]), return_inverse=True)
+        ca = np.bincount(inv[: len(spec_codes)], minlength=len(support))
+        cb = np.bincount(inv[len(spec_codes):], minlength=len(support))
+        checks.append(chisquare_homogeneity(ca, cb, false_fail_rate=alpha,
+                                            name=f"sequences_vs_naive[{label}]"))
+        collision = float(np.sum(p0**2))
+        codes = flat[:, 0].numpy().reshape(nb, R)
+    if np.isnan(acc_law).any():
+        at_least_one = float(1.0 - acc_law[0])
+        checks.append(binomial_check(int((acc >= 1).sum()), int(acc.size), at_least_one,
+                                     false_fail_rate=alpha, name=f"first_acceptance[{label}]"))
+    else:
+        obs = np.bincount(np.clip(acc, 0, gamma), minlength=gamma + 1)
+        checks.append(chisquare_gof(obs, acc_law, false_fail_rate=alpha, min_expected=20.0,
+                                    labels=[f"N={k}" for k in range(gamma + 1)],
+                                    name=f"accepted_length[{label}]"))
+    checks.extend(_pair_checks(codes, collision, alpha, label))
+    return checks

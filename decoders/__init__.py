@@ -1,0 +1,35 @@
+"""Samplers under audit and the models that drive them.
+
+- :func:`process_logits`: the logits pipeline (penalties, temperature, min-p, top-k, top-p).
+- :func:`naive_generate`: target-only autoregressive sampling (the reference law).
+- :func:`speculative_generate`: chain speculative decoding around any verifier.
+- :func:`verify`: modified rejection sampling with the probability-level protocol.
+- :class:`ToyLM`: small seeded prefix-dependent language models.
+"""
+
+from .models import ToyLM, ToyLMConfig
+from .naive import GenerationOutput, naive_generate
+from .params import BatchedParams, SamplingParams, batch_params
+from .pipeline import process_logits, token_counts
+from .sampling import sample_from_probs
+from .speculative import VerifierProtocolError, check_verifier_output, speculative_generate
+from .rejection_sampling import PLACEHOLDER_ID, validate_verify_inputs, verify
+
+__all__ = [
+    "BatchedParams",
+    "GenerationOutput",
+    "PLACEHOLDER_ID",
+    "SamplingParams",
+    "ToyLM",
+    "ToyLMConfig",
+    "VerifierProtocolError",
+    "batch_params",
+    "check_verifier_output",
+    "naive_generate",
+    "process_logits",
+    "sample_from_probs",
+    "speculative_generate",
+    "token_counts",
+    "validate_verify_inputs",
+    "verify",
+]

@@ -1,0 +1,204 @@
+"""Small, deterministic, prefix-dependent language models that drive the samplers.
+
+:class:`ToyLM` is a tiny recurrent model: the state after a prefix depends on every token
+of it, and the next-token logits are a Zipf-like head (a seeded ranking of the vocabulary
+with ``logit = -s * log(rank + 1)``) shifted by a projection of that state. Its draft
+(:meth:`ToyLM.draft`) shares the recurrence and perturbs the head and the projection by a
+controlled amount, so the draft/target mismatch is a single number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ToyLM", "ToyLMConfig"]
+
+
+@dataclass(frozen=True)
+class ToyLMConfig:
+    """Shape and law parameters of a :class:`ToyLM`.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V, from 1 up (256k and more work; the projection has ``V * hidden_size`` floats).
+    seed : int
+        Fixes every weight.
+    hidden_size : int
+        State width d.
+    zipf_exponent : float
+        s in ``logit = -s * log(rank + 1)`` of the prefix-free head.
+    context_strength : float
+        Scale of the prefix-dependent part of the logits (0: the law ignores the prefix).
+    eos_token_id : int or None
+        Token that ends a sequence, or None for no EOS.
+    eos_logit : float
+        Head logit of the EOS token (before the context term).
+    """
+
+    vocab_size: int
+    seed: int = 0
+    hidden_size: int = 16
+    zipf_exponent: float = 1.1
+    context_strength: float = 2.0
+    eos_token_id: int | None = None
+    eos_logit: float = -1.0
+
+    def __post_init__(self) -> None:
+        if int(self.vocab_size) != self.vocab_size or self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be an integer >= 1, got {self.vocab_size!r}")
+        if self.hidden_size < 1:
+            raise ValueError(f"hidden_size must be >= 1, got {self.hidden_size!r}")
+        if not math.isfinite(self.zipf_exponent) or not math.isfinite(self.context_strength):
+            raise ValueError(
+                f"zipf_exponent and context_strength must be finite, got "
+                f"{self.zipf_exponent!r}, {self.context_strength!r}"
+            )
+        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
+            raise ValueError(
+                f"eos_token_id must be in [0, {self.vocab_size}) or None, got {self.eos_token_id!r}"
+            )
+
+
+class ToyLM:
+    """A seeded recurrent toy language model, batched, on any device.
+
+    Shape: ``input_ids [B, T] -> logits [B, n, V]`` at ``n`` requested positions.
+
+    Parameters
+    ----------
+    config : ToyLMConfig
+        Sizes and law parameters.
+    device : torch.device or str, optional
+        Where the weights live (``"cuda"`` when available is the caller's choice).
+    dtype : torch.dtype
+        float32 (default) or float64 (exact-law enumeration uses float64).
+
+    Notes
+    -----
+    State recurrence: ``s_t = tanh(s_{t-1} W + E[x_t])`` from a seeded ``s_{-1}``; the
+    logits after prefix ``x_0 .. x_t`` are ``head + c * s_t U^T``. The law therefore depends
+    on the whole prefix, not just the last token.
+    """
+
+    def __init__(self, config: ToyLMConfig, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32, _weights: dict | None = None) -> None:
+        self.config = config
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.dtype = dtype
+        weights = _weights if _weights is not None else self._init_weights(config)
+        self._weights = weights  # float64, CPU: the canonical copy
+        self.head = weights["head"].to(self.device, dtype)  # [V]
+        self.proj = weights["proj"].to(self.device, dtype)  # [V, d]
+        self.embed = weights["embed"].to(self.device, dtype)  # [V, d]
+        self.recur = weights["recur"].to(self.device, dtype)  # [d, d]
+        self.init_state = weights["init_state"].to(self.device, dtype)  # [d]
+
+    @staticmethod
+    def _init_weights(config: ToyLMConfig) -> dict:
+        g = torch.Generator().manual_seed(config.seed)
+        V, d = config.vocab_size, config.hidden_size
+        rank = torch.randperm(V, generator=g).to(torch.float64)
+        head = -config.zipf_exponent * torch.log1p(rank)
+        if config.eos_token_id is not None:
+            head[config.eos_token_id] = config.eos_logit
+        return {
+            "head": head,
+            "proj": torch.randn(V, d, generator=g, dtype=torch.float64)
+            * (config.context_strength / math.sqrt(d)),
+            "embed": torch.randn(V, d, generator=g, dtype=torch.float64),
+            "recur": torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d),
+            "init_state": torch.randn(d, generator=g, dtype=torch.float64) * 0.5,
+        }
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.config.eos_token_id
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "ToyLM":
+        """A copy of the model on another device and/or dtype (same weights)."""
+        return ToyLM(self.config, device=device or self.device, dtype=dtype or self.dtype,
+                     _weights=self._weights)
+
+    def draft(self, mismatch: float, *, seed: int | None = None) -> "ToyLM":
+        """A draft model that differs from this one by ``mismatch``.
+
+        The draft shares the recurrence (the same prefix state) and perturbs the head and
+        the projection by ``mismatch`` times seeded standard-normal noise: ``mismatch=0``
+        gives identical logits; larger values lower the acceptance rate smoothly.
+
+        Raises
+        ------
+        ValueError
+            If ``mismatch`` is negative or not finite.
+        """
+        if not math.isfinite(mismatch) or mismatch < 0:
+            raise ValueError(f"mismatch must be finite and >= 0, got {mismatch!r}")
+        g = torch.Generator().manual_seed(self.config.seed + 1_000_003 if seed is None else seed)
+        V, d = self.config.vocab_size, self.config.hidden_size
+        w = dict(self._weights)
+        w["head"] = w["head"] + mismatch * torch.randn(V, generator=g, dtype=torch.float64)
+        w["proj"] = w["proj"] + mismatch * torch.randn(V, d, generator=g, dtype=torch.float64) * (
+            self.config.context_strength / math.sqrt(d))
+        return ToyLM(self.config, device=self.device, dtype=self.dtype, _weights=w)
+
+    def states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Recurrent state after each prefix. Shape: ``[B, T] -> [B, T, d]``.
+
+        ``-1`` ids (right padding) are read as token 0; states at or after padding are
+        meaningless, states before it are unaffected.
+        """
+        B, T = input_ids.shape
+        x = self.embed[input_ids.clamp_min(0)]  # [B, T, d]
+        s = self.init_state.expand(B, -1)  # [B, d]
+        out = torch.empty(B, T, self.config.hidden_size, device=self.device, dtype=self.dtype)
+        for t in range(T):
+            s = torch.tanh(s @ self.recur + x[:, t])
+            out[:, t] = s
+        return out
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token logits after the prefixes ending at ``positions``.
+
+        Shape: ``input_ids [B, T], positions [B, n] -> logits [B, n, V]``.
+
+        Parameters
+        ----------
+        input_ids : torch.LongTensor
+            Shape ``[B, T]``, ``T >= 1``; ids in ``[0, V)``, ``-1`` for right padding.
+        positions : torch.LongTensor, optional
+            Shape ``[B, n]``; index ``t`` asks for the law of the token after
+            ``input_ids[:, :t + 1]``. Default: every position (``n = T``).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``[B, n, V]`` in the model's dtype. As in any causal LM, the logits at
+            position ``t`` predict token ``t + 1``.
+
+        Raises
+        ------
+        ValueError
+            On an empty prefix, ids ``>= V``, or positions outside ``[0, T)``.
+        """
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must have shape [B, T] with T >= 1, got {tuple(input_ids.shape)}")
+        if input_ids.numel() and int(input_ids.max()) >= self.vocab_size:
+            raise ValueError(f"input_ids must be < vocab_size={self.vocab_size}, got {int(input_ids.max())}")
+        states = self.states(input_ids.to(self.device))  # [B, T, d]
+        if positions is not None:
+            positions = positions.to(self.device)
+            if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= input_ids.shape[1]):
+                raise ValueError(
+                    f"positions must lie in [0, {input_ids.shape[1]}), got "
+                    f"[{int(positions.min())}, {int(positions.max())}]"
+                )
+            states = states.gather(1, positions[:, :, None].expand(-1, -1, states.shape[-1]))
+        return self.head + states @ self.proj.T  # [B, n, V]

@@ -1,0 +1,229 @@
+"""Chain speculative decoding, batched with ragged acceptance, around any verifier."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from .naive import GenerationOutput, check_prompt
+from .params import SamplingParams, batch_params
+from .pipeline import process_logits
+from .sampling import sample_from_probs
+from .rejection_sampling import PLACEHOLDER_ID, verify
+
+__all__ = ["speculative_generate", "VerifierProtocolError", "Verifier"]
+
+Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Generator | None"], torch.Tensor]
+
+
+class VerifierProtocolError(ValueError):
+    """A verifier returned output that breaks the ``verify`` protocol (a defect)."""
+
+
+def check_verifier_output(out: object, draft_token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Validate a verifier's output against the protocol; return its emitted counts ``[B]``.
+
+    Raises
+    ------
+    VerifierProtocolError
+        Wrong type / shape / dtype, an id outside ``[0, V)`` other than the ``-1``
+        placeholder, a token after a placeholder, no token at all, or an accepted position
+        that differs from the drafted token.
+    """
+    B, K = draft_token_ids.shape
+    if not isinstance(out, torch.Tensor):
+        raise VerifierProtocolError(f"verifier must return a torch.Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != (B, K + 1):
+        raise VerifierProtocolError(f"verifier output must have shape [{B}, {K + 1}], got {tuple(out.shape)}")
+    if out.dtype.is_floating_point or out.dtype == torch.bool:
+        raise VerifierProtocolError(f"verifier output must be integer ids, got {out.dtype}")
+    out = out.long()
+    bad = ((out < 0) & (out != PLACEHOLDER_ID)) | (out >= vocab_size)
+    if bool(bad.any()):
+        b, k = bad.nonzero()[0].tolist()
+        raise VerifierProtocolError(
+            f"verifier emitted id {int(out[b, k])} at [row {b}, position {k}], outside [0, {vocab_size})"
+        )
+    present = out >= 0
+    num = present.sum(1)
+    if bool((num == 0).any()):
+        raise VerifierProtocolError(f"verifier emitted no token in row {int((num == 0).nonzero()[0, 0])}")
+    left_aligned = present == (torch.arange(K + 1, device=out.device)[None] < num[:, None])
+    if not bool(left_aligned.all()):
+        raise VerifierProtocolError(
+            f"verifier output row {int((~left_aligned.all(1)).nonzero()[0, 0])} is not left-aligned"
+        )
+    accepted_pos = torch.arange(K, device=out.device)[None] < (num - 1)[:, None]
+    mismatch = accepted_pos & (out[:, :K] != draft_token_ids)
+    if bool(mismatch.any()):
+        b, k = mismatch.nonzero()[0].tolist()
+        raise VerifierProtocolError(
+            f"verifier emitted {int(out[b, k])} at accepted position {k} of row {b}, "
+            f"but the drafted token there was {int(draft_token_ids[b, k])}"
+        )
+    return num
+
+
+def _prefix_histories(work: torch.Tensor, start: int, lengths: torch.Tensor, count: int) -> torch.Tensor:
+    """Histories for ``count`` candidate prefixes: generated tokens + the first j drafts.
+
+    Shape: ``work [B, L] -> [B, count, L - start]``; entry j holds
+    ``work[:, start : lengths + j]`` and ``-1`` after it.
+    """
+    hist = work[:, start:]  # [B, H]
+    H = hist.shape[1]
+    idx = torch.arange(H, device=work.device)[None, None, :]  # [1, 1, H]
+    end = (lengths - start)[:, None, None] + torch.arange(count, device=work.device)[None, :, None]
+    return torch.where(idx < end, hist[:, None, :], PLACEHOLDER_ID)  # [B, count, H]
+
+
+def speculative_generate(
+    target,
+    draft,
+    prompt_ids: torch.Tensor,
+    target_params: SamplingParams | Sequence[SamplingParams],
+    draft_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    *,
+    num_draft_tokens: int,
+    max_new_tokens: int,
+    generator: torch.Generator | None = None,
+    eos_token_id: int | None = None,
+    verifier: Verifier = verify,
+) -> GenerationOutput:
+    """Chain speculative decoding: draft γ tokens, verify γ+1 prefixes in one target call.
+
+    Shape: ``prompt_ids [B, T0] -> tokens [B, max_new_tokens]``.
+
+    Each round, for every unfinished row: the draft model proposes γ tokens
+    autoregressively, each from its own processed law ``q_i`` (kept as ``draft_probs``);
+    one target call gives the logits after all γ+1 candidate prefixes (position ``t``
+    predicts token ``t + 1``); the pipeline re-applies the penalties for each prefix
+    (history = generated tokens plus the drafts before it) to give ``target_probs``; then
+    ``verifier`` accepts a prefix of the drafts and emits one recovered or bonus token.
+    The emitted tokens are cut after an EOS and at ``max_new_tokens`` (no bonus past
+    them), which keeps the law exact: any prefix of an exact sequence is exact.
+
+    Parameters
+    ----------
+    target, draft : callable
+        ``model(input_ids [B, T], positions [B, n]) -> logits [B, n, V]`` with attributes
+        ``vocab_size`` and ``device`` (e.g. :class:`~specexact.decoders.ToyLM`); same V.
+    prompt_ids : torch.LongTensor
+        Shape ``[B, T0]``, ``T0 >= 1``.
+    target_params : SamplingParams or sequence of B SamplingParams
+        The target's law (what naive sampling would use).
+    draft_params : SamplingParams or sequence, optional
+        The draft's own temperature / truncation / penalties; defaults to ``target_params``.
+    num_draft_tokens : int
+        γ >= 1, drafted tokens per round.
+    max_new_tokens : int
+        Tokens to generate per row at most.
+    generator : torch.Generator, optional
+        The only randomness (draft sampling and the verifier's draws), on the models' device.
+    eos_token_id : int, optional
+        A row stops after emitting it.
+    verifier : callable
+        Anything with the :func:`~specexact.decoders.verify` protocol. Called on the
+        unfinished rows only.
+
+    Returns
+    -------
+    GenerationOutput
+        ``accepted_lengths [B, R]`` records the verifier's accepted drafts per round.
+
+    Raises
+    ------
+    ValueError
+        On bad prompts, ``num_draft_tokens < 1`` or models with different vocabularies.
+    VerifierProtocolError
+        If the verifier's output breaks the protocol (a defect of the verifier).
+    """
+    V = target.vocab_size
+    if draft.vocab_size != V:
+        raise ValueError(f"draft vocab_size {draft.vocab_size} != target vocab_size {V}")
+    if int(num_draft_tokens) != num_draft_tokens or num_draft_tokens < 1:
+        raise ValueError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
+    check_prompt(prompt_ids, V, max_new_tokens)
+    gamma = int(num_draft_tokens)
+    device = target.device
+    prompt_ids = prompt_ids.to(device)
+    B, T0 = prompt_ids.shape
+    t_bp = batch_params(target_params, B, device)
+    d_bp = batch_params(target_params if draft_params is None else draft_params, B, device)
+
+    L = T0 + max_new_tokens + gamma + 1
+    seq = torch.full((B, L), PLACEHOLDER_ID, dtype=torch.int64, device=device)
+    seq[:, :T0] = prompt_ids
+    lengths = torch.full((B,), T0, dtype=torch.int64, device=device)  # prompt + generated
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    steps = torch.arange(gamma + 1, device=device)
+    accepted_log: list[torch.Tensor] = []
+    target_calls = draft_calls = 0
+
+    while not bool(done.all()):
+        act = (~done).nonzero().squeeze(1)  # [A]
+        A = act.numel()
+        a_len = lengths[act]  # [A]
+        width = int(a_len.max()) + gamma
+        work = seq[act, :width].clone()  # [A, W]: generated so far, drafts written in
+        a_rows = torch.arange(A, device=device)
+
+        # Draft γ tokens autoregressively from the draft's processed law q_i.
+        draft_ids = torch.empty(A, gamma, dtype=torch.int64, device=device)
+        draft_probs = []
+        d_act = d_bp.select(act)
+        for i in range(gamma):
+            logits = draft(work[:, : width - gamma + i], (a_len - 1 + i)[:, None])[:, 0]  # [A, V]
+            hist = _prefix_histories(work, T0, a_len + i, 1)[:, 0]  # [A, H]
+            q_i = process_logits(logits, d_act, hist)  # [A, V]
+            d_i = sample_from_probs(q_i, generator)  # [A]
+            work[a_rows, a_len + i] = d_i
+            draft_ids[:, i] = d_i
+            draft_probs.append(q_i)
+        draft_calls += gamma
+        draft_probs_t = torch.stack(draft_probs, 1)  # [A, γ, V]
+
+        # One target call for all γ+1 prefixes; penalties re-applied per prefix.
+        positions = (a_len - 1)[:, None] + steps[None]  # [A, γ+1]
+        t_logits = target(work, positions)  # [A, γ+1, V]
+        target_calls += 1
+        hist = _prefix_histories(work, T0, a_len, gamma + 1)  # [A, γ+1, H]
+        target_probs = process_logits(
+            t_logits.reshape(A * (gamma + 1), V),
+            t_bp.select(act).repeat_interleave(gamma + 1),
+            hist.reshape(A * (gamma + 1), -1),
+        ).reshape(A, gamma + 1, V)
+
+        out = verifier(draft_ids, draft_probs_t, target_probs, generator)
+        num = check_verifier_output(out, draft_ids, V)  # [A], emitted per row
+        out = out.to(device).long()
+        round_log = torch.full((B,), -1, dtype=torch.int64, device=device)
+        round_log[act] = num - 1
+        accepted_log.append(round_log)
+
+        # Cut after EOS and at max_new_tokens, then append.
+        keep = steps[None] < num[:, None]  # [A, γ+1]
+        if eos_token_id is not None:
+            is_eos = (out == eos_token_id) & keep
+            after_eos = (is_eos.to(torch.int64).cumsum(1) - is_eos.to(torch.int64)) > 0
+            keep &= ~after_eos
+        remaining = T0 + max_new_tokens - a_len  # [A]
+        keep &= steps[None] < remaining[:, None]
+        m = keep.sum(1)  # [A]
+        r_idx, c_idx = keep.nonzero(as_tuple=True)
+        seq[act[r_idx], a_len[r_idx] + c_idx] = out[r_idx, c_idx]
+        lengths[act] = a_len + m
+        finished = lengths[act] >= T0 + max_new_tokens
+        if eos_token_id is not None:
+            finished |= ((out == eos_token_id) & keep).any(1)
+        done[act] = finished
+
+    tokens = seq[:, T0 : T0 + max_new_tokens]
+    return GenerationOutput(
+        tokens=tokens,
+        num_tokens=lengths - T0,
+        target_calls=target_calls,
+        draft_calls=draft_calls,
+        accepted_lengths=torch.stack(accepted_log, 1),
+    )

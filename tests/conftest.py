@@ -1,0 +1,105 @@
+"""Suite-wide settings: Hypothesis profiles and the false-fail budget.
+
+False-fail budget
+-----------------
+The whole test session has one false-fail rate, ``SUITE_FALSE_FAIL_RATE`` (1e-6): the
+chance that a correct implementation fails any statistical check of the session. It is
+split by Bonferroni into ``capacity`` equal per-check rates, where ``capacity`` is the
+ledger size of the active profile. Every statistical test is marked
+``@pytest.mark.statistical(checks=k)`` with the number of checks it runs (for a Hypothesis
+test: checks per example times the profile's ``max_examples``) and takes its per-check
+rate from the ``alpha`` fixture. At collection, the declared checks of all collected tests
+must fit the ledger, or the session errors out before running anything: the suite as a
+whole, not each test, has the stated rate.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+SUITE_FALSE_FAIL_RATE = 1e-6
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    max_examples=30,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev",
+    deadline=None,
+    max_examples=30,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "nightly",
+    derandomize=False,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    max_examples=2000,
+    phases=list(Phase),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# The default is the CI profile (deterministic under -n 1 and -n auto); pass
+# --hypothesis-profile=dev or =nightly to change it.
+settings.load_profile(os.environ.get("SPECEXACT_HYPOTHESIS_PROFILE", "ci"))
+
+# Per profile: how many equal shares the suite's false-fail rate is split into.
+LEDGER_CAPACITY = {"ci": 2_000, "dev": 2_000, "nightly": 200_000}
+
+
+def _capacity() -> int:
+    return LEDGER_CAPACITY.get(settings._current_profile, LEDGER_CAPACITY["ci"])
+
+
+def per_check_false_fail_rate() -> float:
+    """The false-fail rate of one statistical check under the active profile."""
+    return SUITE_FALSE_FAIL_RATE / _capacity()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "statistical(checks): the test runs `checks` statistical checks, each at the "
+        "per-check false-fail rate from the `alpha` fixture",
+    )
+
+
+def pytest_collection_modifyitems(session, config, items):
+    declared = 0
+    for item in items:
+        marker = item.get_closest_marker("statistical")
+        if marker is not None:
+            declared += int(marker.kwargs.get("checks", 1))
+    capacity = _capacity()
+    if declared > capacity:
+        raise pytest.UsageError(
+            f"statistical tests declare {declared} checks but the false-fail ledger of profile "
+            f"{settings._current_profile!r} holds {capacity}: raise LEDGER_CAPACITY (which lowers "
+            f"every check's rate) rather than overspend SUITE_FALSE_FAIL_RATE={SUITE_FALSE_FAIL_RATE}"
+        )
+    config._specexact_declared_checks = declared
+
+
+def pytest_report_header(config):
+    return (
+        f"specexact: hypothesis profile {settings._current_profile!r}, suite false-fail rate "
+        f"{SUITE_FALSE_FAIL_RATE:g} split over {_capacity()} checks "
+        f"({per_check_false_fail_rate():.3g} each)"
+    )
+
+
+@pytest.fixture
+def alpha(request) -> float:
+    """Per-check false-fail rate for a test marked ``@pytest.mark.statistical``."""
+    if request.node.get_closest_marker("statistical") is None:
+        raise pytest.UsageError(f"{request.node.nodeid} uses `alpha` but is not marked statistical")
+    return per_check_false_fail_rate()
