@@ -50,7 +50,7 @@ class AuditCase:
     length : int
         Generated tokens per sequence whose joint law is checked (``max_new_tokens``).
     batch_size : int
-        Rows per decoder call; a multiple of ``2 * C`` (pairs of same-class rows).
+        Rows per decoder call; a multiple of ``4 * C`` (quads of same-class rows).
     exact : bool
         True: the sequence law is enumerated and checked exactly (small ``V ** length``).
         False: the first token is checked against its exact law and the sequences against
@@ -73,8 +73,9 @@ class AuditCase:
         C = len(self.row_classes)
         if C == 0:
             raise ValueError(f"case {self.name!r}: row_classes is empty")
-        if self.batch_size % (2 * C):
-            raise ValueError(f"case {self.name!r}: batch_size={self.batch_size} is not a multiple of 2*C={2 * C}")
+        if self.batch_size % (4 * C):
+            raise ValueError(f"case {self.name!r}: batch_size={self.batch_size} is not a multiple of 4*C={4 * C} "
+                             "(the independence checks compare rows in groups of four per class)")
         if self.num_draft_tokens < 1 or self.length < 1:
             raise ValueError(f"case {self.name!r}: num_draft_tokens and length must be >= 1")
         plens = {len(rc.prompt) for rc in self.row_classes}

@@ -8,13 +8,13 @@ Per exact case and row class ``c`` (its own law), with ``n`` sequences of class 
   law (``P(N >= i)`` is a sum of products of ``min(target, draft)``); under-acceptance
   fails here even when the emitted law is right;
 - ``independent_rows[c]`` / ``independent_calls[c]``: pairs of same-class rows of one
-  decoder call, and the same row in two successive calls, must agree as often as two
-  independent draws (``sum_s P(s)^2``); shared randomness inflates it.
+  decoder call, and the same row in two successive calls, must agree no more often than
+  control pairs (different call, different row); shared randomness inflates agreement.
 
 Per two-sample case (V too large to enumerate): the first token against its exact law, the
 first-round acceptance count against ``sum_v min(target, draft)`` (exact binomial), the
 sequences against naive target-only sampling (chi-square homogeneity), and the same
-independence checks with the collision probability of the first token.
+independence checks on the first token.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from specexact.decoders import (
 from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
 from specexact.exactness.exact_tests import binomial_check
 from specexact.exactness.goodness_of_fit import chisquare_gof
-from specexact.exactness.independence import pair_agreement_check
+from specexact.exactness.independence import pair_agreement_vs_control_check
 from specexact.exactness.results import CheckResult
 from specexact.exactness.two_sample import chisquare_homogeneity
 
@@ -93,7 +93,7 @@ def case_seed(seed: int, case: AuditCase) -> int:
 def _defect_check(name: str, message: str, alpha: float) -> CheckResult:
     return CheckResult(
         name=name, method="exact", statistic=float("inf"), pvalue=0.0, dof=None, n=0,
-        false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.0, passed=False,
+        false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.01, passed=False,
         worst=(), details={"message": message}, description="the sampler crashed or broke the protocol",
     )
 
@@ -189,16 +189,26 @@ def run_case(
     return result
 
 
-def _pair_checks(codes: np.ndarray, collision: float, alpha: float, label: str) -> list[CheckResult]:
-    """codes: [nb, R] outcome codes of one class (R rows per call, R even)."""
-    within = codes[:, 0::2] == codes[:, 1::2]
+def _pair_checks(codes: np.ndarray, alpha: float, label: str) -> list[CheckResult]:
+    """Shared-randomness checks on one class's outcome codes ``[nb, R]`` (R rows per call).
+
+    Rows come in quads ``(a, b, c, d)`` and calls in pairs ``(x, y)``; the pairs compared
+    use distinct draws: suspect ``(a,x)-(b,x)`` (same call), suspect ``(c,x)-(c,y)`` (same
+    row, successive calls), control ``(d,x)-(b,y)`` (different call and row).
+    """
     nb = codes.shape[0] - codes.shape[0] % 2
-    across = codes[0:nb:2] == codes[1:nb:2]
+    R = codes.shape[1] - codes.shape[1] % 4
+    x, y = codes[0:nb:2, :R], codes[1:nb:2, :R]
+    a, b, c, d = (slice(k, R, 4) for k in range(4))
+    within = x[:, a] == x[:, b]
+    across = x[:, c] == y[:, c]
+    control = x[:, d] == y[:, b]
+    n_ctrl, e_ctrl = int(control.size), int(control.sum())
     return [
-        pair_agreement_check(int(within.sum()), int(within.size), collision,
-                             false_fail_rate=alpha, name=f"independent_rows[{label}]"),
-        pair_agreement_check(int(across.sum()), int(across.size), collision,
-                             false_fail_rate=alpha, name=f"independent_calls[{label}]"),
+        pair_agreement_vs_control_check(int(within.sum()), int(within.size), e_ctrl, n_ctrl,
+                                        false_fail_rate=alpha, name=f"independent_rows[{label}]"),
+        pair_agreement_vs_control_check(int(across.sum()), int(across.size), e_ctrl, n_ctrl,
+                                        false_fail_rate=alpha, name=f"independent_calls[{label}]"),
     ]
 
 
@@ -229,7 +239,6 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
             labels = labels + [" ".join(str(int(t)) for t in row if t >= 0) for row in unexpected]
         checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha, labels=labels,
                                     name=f"sequence_law[{label}]"))
-        collision = law.collision_probability()
         codes = encode_sequences(flat, law.vocab_size).reshape(nb, R)
     else:
         p0 = process_logits(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
@@ -243,7 +252,6 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
         cb = np.bincount(inv[len(spec_codes):], minlength=len(support))
         checks.append(chisquare_homogeneity(ca, cb, false_fail_rate=alpha,
                                             name=f"sequences_vs_naive[{label}]"))
-        collision = float(np.sum(p0**2))
         codes = flat[:, 0].numpy().reshape(nb, R)
     if np.isnan(acc_law).any():
         at_least_one = float(1.0 - acc_law[0])
@@ -254,5 +262,5 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
         checks.append(chisquare_gof(obs, acc_law, false_fail_rate=alpha, min_expected=20.0,
                                     labels=[f"N={k}" for k in range(gamma + 1)],
                                     name=f"accepted_length[{label}]"))
-    checks.extend(_pair_checks(codes, collision, alpha, label))
+    checks.extend(_pair_checks(codes, alpha, label))
     return checks

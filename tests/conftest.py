@@ -103,3 +103,12 @@ def alpha(request) -> float:
     if request.node.get_closest_marker("statistical") is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses `alpha` but is not marked statistical")
     return per_check_false_fail_rate()
+
+
+def pytest_sessionstart(session):
+    # One torch thread per test process: pytest-xdist already runs one worker per core, and
+    # oversubscribed intra-op threads slow the suite several-fold on small machines.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)

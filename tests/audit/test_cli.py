@@ -1,0 +1,99 @@
+"""The `specexact audit` command: exit statuses, reports, sampler resolution."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specexact.audit import SamplerError, resolve_sampler
+from specexact.cli import main
+
+QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet"]
+
+
+def run_cli(args, tmp_path):
+    return main(["audit", *args, "--report-dir", str(tmp_path)])
+
+
+@pytest.mark.statistical(checks=8)
+def test_builtin_audit_passes_and_writes_reports(tmp_path, alpha, capsys):
+    code = run_cli([*QUICK, "--false-fail-rate", str(alpha * 8), "--json", str(tmp_path / "x.json")], tmp_path)
+    assert code == 0
+    reports = sorted(tmp_path.glob("audit-builtin-*.json"))
+    assert len(reports) == 1 and reports[0].with_suffix(".md").exists()
+    data = json.loads(reports[0].read_text())
+    assert data["verdict"] == "pass" and data["schema"] == "specexact.audit/1"
+    assert len(data["checks"]) == 8 and all(c["case"] == "v8-plain" for c in data["checks"])
+    for chk in data["checks"]:
+        assert {"pvalue", "n", "false_fail_rate", "detectable_tv", "method"} <= set(chk)
+    assert json.loads((tmp_path / "x.json").read_text())["verdict"] == "pass"
+    assert "sequence_law" in capsys.readouterr().out
+
+
+@pytest.mark.statistical(checks=0)
+def test_biased_verifier_exits_1_and_names_the_failing_check(tmp_path, alpha, capsys):
+    code = run_cli(["--case", "v12-eos-cut", "--batches", "4", "--quiet", "--false-fail-rate", str(alpha * 8),
+                    "--sampler", "specexact.audit.zoo:resample_from_target"], tmp_path)
+    assert code == 1
+    data = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
+    assert data["verdict"] == "fail"
+    assert any(f["check"].startswith("sequence_law") for f in data["findings"])
+    assert "sequence_law" in capsys.readouterr().err
+
+
+def crashing_verifier(ids, draft_probs, target_probs, generator=None):
+    raise RuntimeError("boom")
+
+
+def out_of_range_verifier(ids, draft_probs, target_probs, generator=None):
+    import torch
+
+    return torch.full((ids.shape[0], ids.shape[1] + 1), draft_probs.shape[-1], dtype=torch.long)
+
+
+@pytest.mark.parametrize("fn, text", [("crashing_verifier", "RuntimeError: boom"),
+                                      ("out_of_range_verifier", "outside")])
+def test_defects_exit_1(tmp_path, fn, text, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    code = run_cli([*QUICK, "--sampler", f"test_cli:{fn}"], tmp_path)
+    assert code == 1
+    data = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
+    assert text in data["cases"][0]["defect"]
+
+
+@pytest.mark.parametrize("args", [
+    ["--sampler", "no.such.module:verify"],
+    ["--sampler", "specexact.decoders:no_such_function"],
+    ["--sampler", "not-registered"],
+    ["--case", "no-such-case"],
+    ["--budget", "0"],
+    ["--false-fail-rate", "2"],
+    ["--device", "no-such-device"],
+])
+def test_cannot_run_exits_2(tmp_path, args):
+    assert run_cli(["--quiet", *args], tmp_path) == 2
+
+
+def test_bad_option_exits_2(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        run_cli(["--batches", "x"], tmp_path)
+    assert exc.value.code == 2
+
+
+def test_resolve_sampler_forms():
+    from specexact.decoders import verify
+
+    assert resolve_sampler("builtin")[0] is verify
+    assert resolve_sampler("specexact.decoders:verify")[0] is verify
+    with pytest.raises(SamplerError, match="unknown sampler"):
+        resolve_sampler("nope")
+
+
+def test_console_script_and_module_entry(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run([sys.executable, "-m", "specexact", "audit", "--list-cases"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and "v8-plain" in out.stdout
