@@ -62,6 +62,11 @@ def validate_verify_inputs(
     for name, t in (("draft_probs", draft_probs), ("target_probs", target_probs)):
         if not t.is_floating_point():
             raise TypeError(f"{name} must be floating point, got {t.dtype}")
+        # One pass over the tensor: per-row min and max catch NaN (propagates), negative
+        # values, +inf and rows without mass; the slower diagnosis runs only on failure.
+        row_min, row_max = torch.aminmax(t, dim=-1)
+        if bool(((row_min >= 0) & (row_max > 0) & (row_max < torch.inf)).all()):
+            continue
         if not bool(torch.isfinite(t).all()):
             bad = (~torch.isfinite(t)).nonzero()[0].tolist()
             raise ValueError(f"{name} has a NaN or infinite value at index {bad}: {t[tuple(bad)].item()}")
@@ -126,11 +131,12 @@ def verify(
     -----
     Float guards: a drafted token with ``draft_probs == 0`` (impossible in exact
     arithmetic) is accepted iff its target probability is positive (the ratio is taken as
-    ``+inf``, or ``0`` for ``0/0``). The comparison ``u * q < p`` avoids the division. The
-    residual is formed in float64; if rounding leaves it with no mass (target equal to the
-    draft up to ulps) the row falls back to the target row, which is then the exact law to
-    within that rounding. Sampling is by inverse CDF, so a zero-probability id is never
-    emitted.
+    ``+inf``, or ``0`` for ``0/0``). The comparison ``u * q < p`` is made in float64 and
+    avoids the division. The residual is formed in the inputs' precision (at least
+    float32; one subtraction, so each entry is within half an ulp of ``max(p - q, 0)``); if
+    rounding leaves it with no mass (target equal to the draft up to ulps) the row falls
+    back to the target row, which is then the exact law to within that rounding. Sampling
+    is by inverse CDF with float64 accumulation, so a zero-probability id is never emitted.
     """
     if validate:
         validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
@@ -148,13 +154,14 @@ def verify(
 
     # One full row at the stopping position: residual after a rejection, target for the bonus.
     stop = num_accepted  # [B], in [0, K]
-    target_row = target_probs[rows, stop].to(torch.float64)  # [B, V]
+    dtype = torch.promote_types(target_probs.dtype, torch.float32)
+    target_row = target_probs[rows, stop].to(dtype)  # [B, V]
     rejected = stop < K
-    draft_row = draft_probs[rows, stop.clamp(max=K - 1)].to(torch.float64)  # [B, V]
-    draft_row = draft_row * rejected[:, None]
-    residual = (target_row - draft_row).clamp_min(0)  # [B, V]
-    no_mass = residual.sum(-1) <= 0
-    residual = torch.where(no_mass[:, None], target_row, residual)
+    draft_row = draft_probs[rows, stop.clamp(max=K - 1)].to(dtype)  # [B, V]
+    residual = torch.where(rejected[:, None], (target_row - draft_row).clamp_min(0), target_row)
+    no_mass = residual.amax(-1) <= 0
+    if bool(no_mass.any()):
+        residual = torch.where(no_mass[:, None], target_row, residual)
     last = sample_from_probs(residual, generator)  # [B]
 
     out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=device)
