@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 import traceback
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -259,8 +259,15 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
                                      false_fail_rate=alpha, name=f"first_acceptance[{label}]"))
     else:
         obs = np.bincount(np.clip(acc, 0, gamma), minlength=gamma + 1)
-        checks.append(chisquare_gof(obs, acc_law, false_fail_rate=alpha, min_expected=20.0,
-                                    labels=[f"N={k}" for k in range(gamma + 1)],
-                                    name=f"accepted_length[{label}]"))
+        res = chisquare_gof(obs, acc_law, false_fail_rate=alpha, min_expected=20.0,
+                            labels=[f"N={k}" for k in range(gamma + 1)], name=f"accepted_length[{label}]")
+        # Unbinned counts for plots and baselines; means for reading (the test is on the law).
+        checks.append(replace(res, details={
+            **res.details,
+            "observed_counts": obs.astype(int).tolist(),
+            "expected_probs": [float(x) for x in acc_law],
+            "mean_accepted_length": float(acc.mean()),
+            "expected_mean_accepted_length": float(np.dot(np.arange(gamma + 1), acc_law)),
+        }))
     checks.extend(_pair_checks(codes, alpha, label))
     return checks

@@ -7,6 +7,12 @@ Accepted forms:
   its sampler in its own ``pyproject.toml``:
   ``[project.entry-points."specexact.samplers"] mysampler = "mypkg.spec:verify"``);
 - ``MODULE:CALLABLE`` (``CALLABLE`` may be dotted: ``pkg.mod:Class.method``).
+
+specexact registers its own third-party adapters in the same group (``transformers``:
+:mod:`specexact.decoders.adapters.transformers`, needs ``specexact[thirdparty]``).
+A resolved sampler may carry report metadata (:func:`sampler_metadata`); logits-level
+adapters are refused until the audit can drive them
+(:func:`specexact.decoders.adapters.check_auditable`).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from importlib.metadata import entry_points
 from typing import Callable
 
 from specexact.decoders import verify
+from specexact.decoders.adapters.protocol import check_auditable
 
-__all__ = ["SamplerError", "resolve_sampler", "available_samplers", "ENTRY_POINT_GROUP"]
+__all__ = ["SamplerError", "resolve_sampler", "available_samplers", "sampler_metadata", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "specexact.samplers"
 
@@ -34,13 +41,19 @@ def available_samplers() -> dict[str, str]:
     return found
 
 
+def _install_hint(target: str, exc: BaseException) -> str:
+    if isinstance(exc, ModuleNotFoundError) and target.startswith("specexact.decoders.adapters."):
+        return " (install the optional dependencies: pip install 'specexact[thirdparty]')"
+    return ""
+
+
 def _load(spec: str) -> Callable:
     module_name, _, attr = spec.partition(":")
     try:
         obj = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is the same finding
         raise SamplerError(f"cannot import module {module_name!r} for sampler {spec!r}: "
-                           f"{type(exc).__name__}: {exc}") from exc
+                           f"{type(exc).__name__}: {exc}{_install_hint(spec, exc)}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -55,7 +68,8 @@ def resolve_sampler(name: str) -> tuple[Callable, str]:
     Raises
     ------
     SamplerError
-        Unknown name, import failure, or an object that is not callable.
+        Unknown name, import failure (with an install hint for specexact's own adapters),
+        an object that is not callable, or a logits-level adapter (not auditable yet).
     """
     if not name:
         raise SamplerError("sampler name is empty")
@@ -68,17 +82,36 @@ def resolve_sampler(name: str) -> tuple[Callable, str]:
         target = known[name]
     if target == "specexact.decoders:verify":
         return verify, target
-    if name in available_samplers() and ":" not in name:
-        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-        if eps:
-            try:
-                obj = eps[0].load()
-            except Exception as exc:  # noqa: BLE001
-                raise SamplerError(f"cannot load sampler {name!r} ({target}): {type(exc).__name__}: {exc}") from exc
-        else:
-            obj = _load(target)
+    eps = [] if ":" in name else [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if eps:
+        try:
+            obj = eps[0].load()
+        except Exception as exc:  # noqa: BLE001
+            raise SamplerError(f"cannot load sampler {name!r} ({target}): {type(exc).__name__}: {exc}"
+                               f"{_install_hint(target, exc)}") from exc
     else:
         obj = _load(target)
     if not callable(obj):
         raise SamplerError(f"sampler {name!r} ({target}) is not callable: {type(obj).__name__}")
+    try:
+        check_auditable(obj)
+    except NotImplementedError as exc:
+        raise SamplerError(f"sampler {name!r} ({target}): {exc}") from exc
     return obj, target
+
+
+def sampler_metadata(verifier: Callable) -> dict | None:
+    """Report metadata of a resolved sampler: ``verifier.metadata()`` for adapters (library,
+    installed version, signature variant, capabilities), else ``None``.
+
+    A failing ``metadata()`` is reported as ``{"error": ...}`` rather than raised: the audit
+    of the sampler itself must still run.
+    """
+    meta = getattr(verifier, "metadata", None)
+    if not callable(meta):
+        return None
+    try:
+        out = meta()
+    except Exception as exc:  # noqa: BLE001 - metadata is informative only
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return dict(out) if out is not None else None

@@ -1,0 +1,304 @@
+"""Regression mode: compare an audit report with an earlier one (its *baseline*).
+
+:func:`compare_to_baseline` finds what got worse:
+
+- **new failures**: a check (same case, same name) that passed in the baseline, or did
+  not exist there, fails now;
+- **new defects**: a case that crashed or broke the protocol now but not in the baseline;
+- **acceptance drops**: per case and row class, the drafts accepted in the first round
+  fell by more than chance allows. The mean accepted length (or, for two-sample cases,
+  the first-draft acceptance rate) of the two reports is compared with a one-sided
+  two-sample test at ``false_alarm_rate`` split equally (Bonferroni) over the
+  comparisons, so an unchanged sampler is flagged with probability at most
+  ``false_alarm_rate`` in all. Each comparison states the drop it detects with
+  probability 0.99.
+
+A regression is any of the three. Checks failing in both reports ("still failing") and
+checks fixed since are listed but are not regressions.
+
+Acceptance statistics are read, in this order, from ``case["acceptance"]``
+(``{"class c": {"counts": [#N=0, ..., #N=γ]}}``), from the ``accepted_length[class c]``
+check's ``details["observed_counts"]`` (unbinned counts per accepted length), from its
+``worst`` entries when every bin is a single value ``N=k`` (bins merged for rare lengths
+cannot be used), and from ``first_acceptance[class c]``'s ``details["successes"]``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["AcceptanceStats", "AcceptanceComparison", "BaselineDiff", "acceptance_stats", "compare_to_baseline"]
+
+POWER = 0.99
+"""Power at which :attr:`AcceptanceComparison.detectable_drop` is stated."""
+
+_CLASS = re.compile(r"^(accepted_length|first_acceptance)\[(.+)\]$")
+_SINGLE_BIN = re.compile(r"^N=(\d+)$")
+
+
+@dataclass(frozen=True)
+class AcceptanceStats:
+    """First-round acceptance of one row class in one report.
+
+    ``kind`` is ``"counts"`` (``counts[k]`` rounds accepted exactly ``k`` drafts) or
+    ``"first"`` (``successes`` of ``n`` rounds accepted the first draft).
+    """
+
+    kind: str
+    n: int
+    counts: tuple[int, ...] = ()
+    successes: int = 0
+
+    @property
+    def value(self) -> float:
+        """Mean accepted length (counts) or first-draft acceptance rate (first)."""
+        if self.n == 0:
+            return math.nan
+        if self.kind == "counts":
+            return float(np.dot(np.arange(len(self.counts)), self.counts) / self.n)
+        return self.successes / self.n
+
+    @property
+    def variance(self) -> float:
+        """Sample variance of one observation."""
+        if self.n < 2:
+            return math.nan
+        if self.kind == "counts":
+            k = np.arange(len(self.counts))
+            return float(np.dot((k - self.value) ** 2, self.counts) / (self.n - 1))
+        p = self.value
+        return p * (1 - p)
+
+
+@dataclass(frozen=True)
+class AcceptanceComparison:
+    """Baseline vs current acceptance of one case / class.
+
+    ``drop = baseline - current``; ``allowed_drop`` is the largest drop chance explains at
+    the per-comparison rate ``false_alarm_rate`` (normal approximation); ``pvalue`` is
+    one-sided (Welch z for mean lengths, Fisher's exact test for rates);
+    ``detectable_drop`` is the drop found with probability :data:`POWER`.
+    """
+
+    case: str
+    row_class: str
+    statistic: str
+    baseline: float
+    current: float
+    n_baseline: int
+    n_current: int
+    drop: float
+    allowed_drop: float
+    detectable_drop: float
+    pvalue: float
+    false_alarm_rate: float
+    dropped: bool
+
+
+@dataclass
+class BaselineDiff:
+    """What changed between a baseline report and the current one.
+
+    ``regressed`` is True on any new failure, new defect or acceptance drop.
+    """
+
+    new_failures: list[dict] = field(default_factory=list)
+    new_defects: list[dict] = field(default_factory=list)
+    acceptance: list[AcceptanceComparison] = field(default_factory=list)
+    still_failing: list[dict] = field(default_factory=list)
+    fixed: list[dict] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    false_alarm_rate: float = 1e-6
+
+    @property
+    def acceptance_drops(self) -> list[AcceptanceComparison]:
+        return [c for c in self.acceptance if c.dropped]
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.new_failures or self.new_defects or self.acceptance_drops)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (for a report's ``baseline`` section)."""
+        return {
+            "regressed": self.regressed,
+            "new_failures": self.new_failures,
+            "new_defects": self.new_defects,
+            "acceptance": [asdict(c) for c in self.acceptance],
+            "still_failing": self.still_failing,
+            "fixed": self.fixed,
+            "not_compared": self.not_compared,
+            "notes": self.notes,
+            "false_alarm_rate": self.false_alarm_rate,
+        }
+
+    def summary(self) -> str:
+        """A few readable lines: the verdict, then every regression, then the rest."""
+        lines = [f"baseline comparison: {'REGRESSED' if self.regressed else 'no regression'} "
+                 f"({len(self.new_failures)} new failures, {len(self.new_defects)} new defects, "
+                 f"{len(self.acceptance_drops)} acceptance drops of {len(self.acceptance)} compared)"]
+        for f in self.new_failures:
+            was = "absent" if f["baseline_pvalue"] is None else f"passed, p={f['baseline_pvalue']:.3g}"
+            lines.append(f"  new failure  {f['case']} / {f['check']}: p={f['pvalue']:.3g} "
+                         f"<= {f['false_fail_rate']:.3g} (baseline: {was})")
+        for d in self.new_defects:
+            lines.append(f"  new defect   {d['case']}: {d['defect'].splitlines()[0]}")
+        for c in self.acceptance_drops:
+            lines.append(f"  acceptance   {c.case} / {c.row_class}: {c.statistic} {c.baseline:.4g} -> {c.current:.4g} "
+                         f"(drop {c.drop:.3g} > allowed {c.allowed_drop:.3g}, p={c.pvalue:.3g})")
+        for f in self.still_failing:
+            lines.append(f"  still failing {f['case']} / {f['check']}: p={f['pvalue']:.3g}")
+        for f in self.fixed:
+            lines.append(f"  fixed        {f['case']} / {f['check']}: p={f['pvalue']:.3g}")
+        if self.acceptance and not self.acceptance_drops:
+            worst = max(self.acceptance, key=lambda c: c.detectable_drop)
+            lines.append(f"  acceptance: no drop in {len(self.acceptance)} comparisons; largest detectable drop "
+                         f"{worst.detectable_drop:.3g} ({worst.case} / {worst.row_class}, {worst.statistic})")
+        for s in self.not_compared:
+            lines.append(f"  not compared {s}")
+        for s in self.notes:
+            lines.append(f"  note: {s}")
+        return "\n".join(lines)
+
+
+def _checks(report: Mapping[str, Any]) -> dict[tuple[str, str], dict]:
+    return {(c["case"], c["name"]): c for c in report.get("checks", [])}
+
+
+def acceptance_stats(report: Mapping[str, Any]) -> dict[tuple[str, str], AcceptanceStats]:
+    """``{(case, "class c"): AcceptanceStats}`` from a report (see the module docstring)."""
+    out: dict[tuple[str, str], AcceptanceStats] = {}
+    for case in report.get("cases", []):
+        for label, entry in (case.get("acceptance") or {}).items():
+            counts = tuple(int(x) for x in entry["counts"])
+            out[(case["name"], label)] = AcceptanceStats("counts", int(sum(counts)), counts=counts)
+    for chk in report.get("checks", []):
+        m = _CLASS.match(chk["name"])
+        key = (chk["case"], m.group(2)) if m else None
+        if m is None or key in out:
+            continue
+        if m.group(1) == "first_acceptance":
+            succ = (chk.get("details") or {}).get("successes")
+            if succ is not None:
+                out[key] = AcceptanceStats("first", int(chk["n"]), successes=int(succ))
+            continue
+        observed_counts = (chk.get("details") or {}).get("observed_counts")
+        if isinstance(observed_counts, list) and observed_counts:
+            counts = tuple(int(x) for x in observed_counts)
+            out[key] = AcceptanceStats("counts", int(sum(counts)), counts=counts)
+            continue
+        bins = {}
+        for label, observed, _expected in chk.get("worst", []):
+            b = _SINGLE_BIN.match(str(label))
+            if b is None:
+                break
+            bins[int(b.group(1))] = int(observed)
+        else:
+            if bins and sum(bins.values()) == int(chk["n"]):
+                counts = tuple(bins.get(k, 0) for k in range(max(bins) + 1))
+                out[key] = AcceptanceStats("counts", int(chk["n"]), counts=counts)
+    return out
+
+
+def _compare(case: str, label: str, base: AcceptanceStats, cur: AcceptanceStats, alpha: float) -> AcceptanceComparison:
+    z_a = float(stats.norm.isf(alpha))
+    z_b = float(stats.norm.isf(1 - POWER))
+    drop = base.value - cur.value
+    if base.kind == "counts":
+        se = math.sqrt(base.variance / base.n + cur.variance / cur.n)
+        if se > 0:
+            pvalue = float(stats.norm.sf(drop / se))
+        else:
+            pvalue = 0.0 if drop > 0 else 1.0
+        statistic = "mean accepted length"
+    else:
+        pooled = (base.successes + cur.successes) / (base.n + cur.n)
+        se = math.sqrt(pooled * (1 - pooled) * (1 / base.n + 1 / cur.n))
+        table = [[base.successes, base.n - base.successes], [cur.successes, cur.n - cur.successes]]
+        pvalue = float(stats.fisher_exact(table, alternative="greater").pvalue)
+        statistic = "first-draft acceptance rate"
+    return AcceptanceComparison(
+        case=case, row_class=label, statistic=statistic, baseline=base.value, current=cur.value,
+        n_baseline=base.n, n_current=cur.n, drop=drop, allowed_drop=z_a * se,
+        detectable_drop=(z_a + z_b) * se, pvalue=pvalue, false_alarm_rate=alpha, dropped=pvalue <= alpha,
+    )
+
+
+def compare_to_baseline(report: Mapping[str, Any], baseline: Mapping[str, Any], *,
+                        false_alarm_rate: float = 1e-6) -> BaselineDiff:
+    """Compare the current audit ``report`` with an earlier ``baseline`` report.
+
+    Parameters
+    ----------
+    report, baseline : dict
+        Audit reports (``run_audit`` output or their JSON), schema ``specexact.audit/1``.
+    false_alarm_rate : float
+        Chance that an unchanged sampler shows an acceptance drop (split over the
+        comparisons). New failures are judged at each check's own false-fail rate.
+
+    Returns
+    -------
+    BaselineDiff
+
+    Raises
+    ------
+    ValueError
+        If the schemas differ or ``false_alarm_rate`` is not in (0, 1).
+    """
+    if not 0 < false_alarm_rate < 1:
+        raise ValueError(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
+    if report.get("schema") != baseline.get("schema"):
+        raise ValueError(f"report schema {report.get('schema')!r} differs from baseline schema "
+                         f"{baseline.get('schema')!r}")
+    diff = BaselineDiff(false_alarm_rate=false_alarm_rate)
+    now, before = _checks(report), _checks(baseline)
+    for key, chk in now.items():
+        if chk["name"] == "defect":
+            continue
+        entry = {"case": key[0], "check": key[1], "pvalue": chk["pvalue"],
+                 "false_fail_rate": chk["false_fail_rate"],
+                 "baseline_pvalue": before[key]["pvalue"] if key in before else None}
+        was_passing = key not in before or before[key]["passed"]
+        if not chk["passed"]:
+            (diff.new_failures if was_passing else diff.still_failing).append(entry)
+        elif key in before and not before[key]["passed"]:
+            diff.fixed.append(entry)
+    base_defects = {c["name"]: c.get("defect") for c in baseline.get("cases", [])}
+    for case in report.get("cases", []):
+        if case.get("defect"):
+            entry = {"case": case["name"], "defect": case["defect"]}
+            if base_defects.get(case["name"]):
+                diff.still_failing.append({"case": case["name"], "check": "defect", "pvalue": 0.0,
+                                           "false_fail_rate": 0.0, "baseline_pvalue": 0.0})
+            else:
+                diff.new_defects.append(entry)
+        elif base_defects.get(case["name"]):
+            diff.fixed.append({"case": case["name"], "check": "defect", "pvalue": 1.0,
+                               "false_fail_rate": 0.0, "baseline_pvalue": 0.0})
+    for key in sorted(set(before) - set(now)):
+        if before[key]["name"] != "defect":
+            diff.not_compared.append(f"{key[0]} / {key[1]}: in the baseline only")
+
+    acc_now, acc_before = acceptance_stats(report), acceptance_stats(baseline)
+    pairs = [(k, acc_before[k], acc_now[k]) for k in sorted(set(acc_now) & set(acc_before))
+             if acc_before[k].kind == acc_now[k].kind and acc_before[k].n >= 2 and acc_now[k].n >= 2]
+    for k in sorted((set(acc_now) | set(acc_before)) - {p[0] for p in pairs}):
+        diff.not_compared.append(f"{k[0]} / {k[1]}: acceptance statistics missing in one report")
+    alpha = false_alarm_rate / max(len(pairs), 1)
+    diff.acceptance = [_compare(k[0], k[1], b, c, alpha) for k, b, c in pairs]
+
+    s_now, s_before = report.get("sampler", {}), baseline.get("sampler", {})
+    if s_now.get("name") != s_before.get("name"):
+        diff.notes.append(f"sampler differs: baseline {s_before.get('name')!r}, now {s_now.get('name')!r}")
+    for name in ("seed", "false_fail_rate", "num_checks"):
+        a, b = baseline.get("settings", {}).get(name), report.get("settings", {}).get(name)
+        if a != b:
+            diff.notes.append(f"setting {name} differs: baseline {a!r}, now {b!r}")
+    return diff

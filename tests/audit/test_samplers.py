@@ -1,0 +1,152 @@
+"""Sampler resolution: built-in, MODULE:CALLABLE, entry points (a real one, installed as a
+dist-info on sys.path), metadata, refusals."""
+
+import importlib
+import textwrap
+from importlib.metadata import entry_points
+
+import pytest
+
+from specexact.audit import SamplerError, quick_cases, resolve_sampler, run_audit
+from specexact.audit.runner import checks_per_case
+from specexact.audit.samplers import ENTRY_POINT_GROUP, available_samplers, sampler_metadata
+from specexact.decoders import verify
+
+
+@pytest.fixture
+def user_distribution(tmp_path, monkeypatch):
+    """A throwaway distribution ``mypkg`` that registers ``mysampler`` in the group
+    ``specexact.samplers`` the way an installed package does (a ``.dist-info`` folder with
+    ``entry_points.txt`` on sys.path, found by importlib.metadata)."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent('''
+        """A user's sampler: modified rejection sampling written by hand, one row at a time."""
+        import torch
+
+        def verify(draft_token_ids, draft_probs, target_probs, generator=None):
+            B, K = draft_token_ids.shape
+            out = torch.full((B, K + 1), -1, dtype=torch.long)
+            for b in range(B):
+                for k in range(K):
+                    d = int(draft_token_ids[b, k])
+                    p, q = float(target_probs[b, k, d]), float(draft_probs[b, k, d])
+                    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+                    if u * q < p:
+                        out[b, k] = d
+                        continue
+                    law = (target_probs[b, k].double() - draft_probs[b, k].double()).clamp_min(0)
+                    if law.sum() <= 0:
+                        law = target_probs[b, k].double()
+                    out[b, k] = int(torch.multinomial(law, 1, generator=generator))
+                    break
+                else:
+                    out[b, K] = int(torch.multinomial(target_probs[b, K].double(), 1, generator=generator))
+            return out
+    '''))
+    info = tmp_path / "mypkg-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mypkg\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nmysampler = mypkg:verify\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield tmp_path
+
+
+def test_builtin_and_module_callable():
+    assert resolve_sampler("builtin") == (verify, "specexact.decoders:verify")
+    assert resolve_sampler("specexact.decoders:verify")[0] is verify
+    assert callable(resolve_sampler("specexact.audit.zoo:resample_from_target")[0])
+
+
+def test_entry_point_is_discovered_and_loaded(user_distribution):
+    assert "mysampler" in {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    assert available_samplers()["mysampler"] == "mypkg:verify"
+    fn, target = resolve_sampler("mysampler")
+    import mypkg
+
+    assert fn is mypkg.verify and target == "mypkg:verify"
+    assert sampler_metadata(fn) is None  # a plain function carries no adapter metadata
+
+
+CASE = [c for c in quick_cases() if c.name == "v8-plain"]
+CASE_CHECKS = sum(checks_per_case(c) for c in CASE)
+
+
+@pytest.mark.statistical(checks=CASE_CHECKS)
+def test_entry_point_sampler_is_audited(user_distribution, alpha):
+    fn, target = resolve_sampler("mysampler")
+    report = run_audit(fn, sampler_name="mysampler", sampler_target=target, cases=CASE,
+                       false_fail_rate=alpha * CASE_CHECKS, num_batches=2, budget_s=None, seed=0)
+    assert report["verdict"] == "pass", report["findings"]
+    assert report["sampler"]["name"] == "mysampler" and len(report["checks"]) == CASE_CHECKS
+
+
+def test_broken_entry_point_is_a_sampler_error(user_distribution):
+    (user_distribution / "mypkg-0.0.dist-info" / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\nbroken = mypkg.nowhere:verify\n")
+    importlib.invalidate_caches()
+    with pytest.raises(SamplerError, match="cannot load sampler 'broken'"):
+        resolve_sampler("broken")
+
+
+def test_missing_adapter_dependency_gets_an_install_hint():
+    with pytest.raises(SamplerError, match=r"specexact\[thirdparty\]"):
+        resolve_sampler("specexact.decoders.adapters.no_such_library:verify")
+
+
+def test_not_callable_and_unknown():
+    with pytest.raises(SamplerError, match="not callable"):
+        resolve_sampler("specexact.decoders:PLACEHOLDER_ID")
+    with pytest.raises(SamplerError, match="unknown sampler"):
+        resolve_sampler("no-such-sampler")
+    with pytest.raises(SamplerError, match="empty"):
+        resolve_sampler("")
+
+
+def test_logits_level_adapter_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "logits_adapter.py").write_text(textwrap.dedent('''
+        import torch
+        from specexact.decoders.adapters import Capabilities
+
+        class Adapter:
+            name = "planned"
+            capabilities = Capabilities(max_batch_size=None, dtypes=(torch.float32,), devices=("cpu",),
+                                        randomness="generator", logits_level=True,
+                                        order_of_operations=("penalties", "temperature", "top_k", "top_p"))
+            def metadata(self):
+                return {"library": "example"}
+            def __call__(self, *args):
+                raise AssertionError
+
+        adapter = Adapter()
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SamplerError, match="logits-level"):
+        resolve_sampler("logits_adapter:adapter")
+
+
+def test_sampler_metadata_of_adapters():
+    class Good:
+        def metadata(self):
+            return {"library": "x", "version": "1"}
+
+        def __call__(self, *a):
+            pass
+
+    class Bad(Good):
+        def metadata(self):
+            raise RuntimeError("no version")
+
+    assert sampler_metadata(Good()) == {"library": "x", "version": "1"}
+    assert sampler_metadata(Bad()) == {"error": "RuntimeError: no version"}
+    assert sampler_metadata(verify) is None
+
+
+def test_transformers_entry_point_without_transformers_is_exit_2_material(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails as if not installed
+    monkeypatch.delitem(sys.modules, "specexact.decoders.adapters.transformers", raising=False)
+    with pytest.raises(SamplerError, match=r"cannot load sampler 'transformers'.*specexact\[thirdparty\]"):
+        resolve_sampler("transformers")
