@@ -1,17 +1,22 @@
 """The ``specexact`` command.
 
-``specexact audit [--sampler NAME | MODULE:CALLABLE] [--budget SECONDS] [--seed N]
-[--report-dir DIR] [--json PATH]``
+``specexact audit [--sampler NAME | MODULE:CALLABLE] [--budget SECONDS | --batches N]
+[--seed N] [--isolate [--case-timeout SECONDS]] [--shard I/N] [--report-dir DIR]
+[--json PATH]`` audits a sampler and writes JSON, Markdown and HTML reports;
+``specexact merge SHARD.json ...`` merges the reports of ``--shard`` runs into one;
+``specexact render REPORT.json`` re-renders a JSON report's Markdown and HTML.
 
-Exit status: 0 no evidence of inexactness; 1 inexactness or a defect (crash, out-of-range
-id, NaN, protocol violation) found; 2 the audit itself could not run (bad arguments,
-import failure).
+Exit status: 0 no evidence of inexactness; 1 inexactness or a defect (crash, hang, out-of-range
+id, NaN, protocol violation) found; 2 the audit itself could not run (bad arguments, import
+failure, shards that do not form one audit).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import datetime as _dt
+import math
 import sys
 from pathlib import Path
 
@@ -19,11 +24,25 @@ __all__ = ["main", "build_parser"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
+#: Journal sub-folder of the report folder (finished cases of running or killed audits).
+JOURNAL_SUBDIR = ".journal"
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 as well; keep its message style
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _report_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--report-dir", default="reports", metavar="DIR",
+                   help=f"where {what} JSON, Markdown and HTML reports go; earlier reports there make the trend "
+                        "(default: ./reports)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
+    p.add_argument("--no-html", action="store_true", help="skip the HTML page (no matplotlib / jinja2 work)")
+    p.add_argument("--history", type=int, default=30, metavar="N",
+                   help="earlier reports of the same sampler in DIR shown in the trend (default: 30)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'builtin', a name registered under the entry-point group specexact.samplers, "
                         "or MODULE:CALLABLE with the verify protocol (default: builtin)")
     a.add_argument("--budget", type=float, default=90.0, metavar="SECONDS",
-                   help="sampling time split over the cases (default: 90)")
+                   help="time for the audit (of this shard): sample sizes are planned from the power functions "
+                        "to fit it; they depend on the machine's speed, not on the data (default: 90)")
     a.add_argument("--batches", type=int, default=None, metavar="N",
                    help="fixed decoder calls per case instead of a time budget (reproducible sample sizes)")
     a.add_argument("--seed", type=int, default=0, help="audit seed (default: 0)")
@@ -42,12 +62,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chance that a correct sampler fails the audit (default: 1e-6)")
     a.add_argument("--case", action="append", default=None, metavar="NAME",
                    help="run only this case (repeatable); see --list-cases")
+    a.add_argument("--quick", action="store_true",
+                   help="the quick cases (exact cases, 4x smaller batches): a smoke test, not an audit to rely on")
     a.add_argument("--list-cases", action="store_true", help="list the default cases and exit")
+    a.add_argument("--baseline", default=None, metavar="PATH.json",
+                   help="regression mode: compare with an earlier report; exit 1 only on a regression (a new "
+                        "failure or defect, or a drop in acceptance beyond its confidence interval)")
+    a.add_argument("--baseline-false-alarm-rate", type=float, default=1e-6, metavar="R",
+                   help="false-alarm rate of the acceptance-drop comparisons with --baseline (default: 1e-6)")
     a.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    a.add_argument("--report-dir", default="reports", metavar="DIR",
-                   help="where JSON and Markdown reports go (default: ./reports)")
-    a.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
-    a.add_argument("--quiet", action="store_true", help="no progress bar")
+    a.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads (default: torch's choice); 1 is often fastest on a shared or "
+                        "busy CPU, where threads wait for each other")
+    a.add_argument("--isolate", action="store_true",
+                   help="run each case in a subprocess: a hang (timeout) or a crash of the sampler's process "
+                        "(segfault, abort) becomes a finding and the audit goes on")
+    a.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with --isolate (implies it): kill a case after this long (default: 4x its planned time "
+                        "+ 300 s with --budget, 1800 s with --batches)")
+    a.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only shard I of N (1-based) of the cases, at the whole audit's per-check false-fail "
+                        "rate; combine the shards' JSON reports with 'specexact merge'")
+    a.add_argument("--fresh", action="store_true",
+                   help="ignore a journal of an interrupted run of the same audit and start over")
+    a.add_argument("--no-journal", action="store_true",
+                   help="do not journal finished cases (an interrupted audit then starts over)")
+    _report_args(a, "the")
+    m = sub.add_parser("merge", help="merge the JSON reports of 'audit --shard' runs into one report")
+    m.add_argument("reports", nargs="+", metavar="SHARD.json", help="the JSON reports of shards 1/N .. N/N")
+    _report_args(m, "the merged")
+    r = sub.add_parser("render", help="write the Markdown and HTML of a JSON report (e.g. after editing history)")
+    r.add_argument("report", metavar="REPORT.json")
+    r.add_argument("--out-dir", default=None, metavar="DIR", help="default: the report's folder")
+    r.add_argument("--history", type=int, default=30, metavar="N",
+                   help="earlier reports of the same sampler in the report's folder shown in the trend")
+    r.add_argument("--no-html", action="store_true", help="Markdown only")
     return parser
 
 
@@ -64,16 +113,65 @@ def _device(name: str | None):
     return dev
 
 
-def _audit(args) -> int:
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80] or "sampler"
+
+
+def _print_table(report: dict) -> None:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.markup import escape
     from rich.table import Table
 
-    from specexact.audit import SamplerError, default_cases, resolve_sampler, run_audit
-    from specexact.reports import render_markdown, write_json
+    title = f"specexact audit of {escape(report['sampler']['name'])}: {report['verdict'].upper()}"
+    shard = report["settings"].get("shard")
+    if shard:
+        title += f" (shard {shard['index']}/{shard['count']})"
+    table = Table(title=title)
+    for col in ("case / check", "method", "n", "p-value", "detectable TV", "verdict"):
+        table.add_column(col, no_wrap=True)
+    for chk in report["checks"]:
+        tv = chk["detectable_tv"]
+        table.add_row(escape(f"{chk['case']} / {chk['name']}"), chk["method"], f"{chk['n']:,}", f"{chk['pvalue']:.3g}",
+                      tv if isinstance(tv, str) else f"{tv:.3g}",
+                      "pass" if chk["passed"] else "[red]FAIL[/]")
+    out = Console()
+    out.width = max(out.width, 110)
+    out.print(table)
+
+
+def _write(report: dict, args, console, stem: str) -> dict:
+    from rich.markup import escape
+
+    from specexact.reports import load_history, write_json, write_reports
+
+    out_dir = Path(args.report_dir)
+    exclude = [out_dir / f"{stem}.json"] + ([Path(args.json)] if args.json else [])
+    history = load_history(out_dir, sampler_name=report["sampler"]["name"], exclude=exclude, limit=args.history)
+    paths = write_reports(report, out_dir, stem, html=not args.no_html, history=history)
+    if args.json:
+        write_json(report, args.json)
+    for f in report["findings"]:
+        console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}")
+        console.print(f"  reproduce: {escape(f['reproduction']['command'])}")
+    console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
+                  f"{report['wall_time_s']:.1f} s; reports: " + ", ".join(escape(str(p)) for p in paths.values()))
+    return paths
+
+
+def _fmt_tv(tv) -> str:
+    return "-" if tv is None or (isinstance(tv, float) and not math.isfinite(tv)) else f"{tv:.3g}"
+
+
+def _audit(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specexact.audit import SamplerError, default_cases, quick_cases, resolve_sampler, run_audit
+    from specexact.audit.shard import ShardError, parse_shard
 
     console = Console(stderr=True)
-    cases = default_cases()
+    cases = quick_cases() if args.quick else default_cases()
     if args.list_cases:
         for c in cases:
             print(f"{c.name}: {c.description}")
@@ -82,10 +180,10 @@ def _audit(args) -> int:
         names = {c.name for c in cases}
         unknown = [n for n in args.case if n not in names]
         if unknown:
-            console.print(f"[red]error:[/] unknown --case {unknown}; known: {sorted(names)}")
+            console.print(f"[red]error:[/] unknown --case {escape(str(unknown))}; known: {sorted(names)}")
             return EXIT_ERROR
         cases = [c for c in cases if c.name in args.case]
-    if args.budget <= 0:
+    if args.budget <= 0 or not math.isfinite(args.budget):
         console.print(f"[red]error:[/] --budget must be > 0, got {args.budget}")
         return EXIT_ERROR
     if args.batches is not None and args.batches < 1:
@@ -94,62 +192,186 @@ def _audit(args) -> int:
     if not 0 < args.false_fail_rate < 1:
         console.print(f"[red]error:[/] --false-fail-rate must be in (0, 1), got {args.false_fail_rate}")
         return EXIT_ERROR
+    if args.case_timeout is not None:
+        if not args.case_timeout > 0:
+            console.print(f"[red]error:[/] --case-timeout must be > 0, got {args.case_timeout}")
+            return EXIT_ERROR
+        args.isolate = True
+    if args.threads is not None:
+        if args.threads < 1:
+            console.print(f"[red]error:[/] --threads must be >= 1, got {args.threads}")
+            return EXIT_ERROR
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.history < 0:
+        console.print(f"[red]error:[/] --history must be >= 0, got {args.history}")
+        return EXIT_ERROR
+    shard = None
+    if args.shard is not None:
+        try:
+            shard = parse_shard(args.shard)
+        except ShardError as exc:
+            console.print(f"[red]error:[/] {escape(str(exc))}")
+            return EXIT_ERROR
+    baseline = None
+    if args.baseline is not None:
+        from specexact.audit.audit import SCHEMA
+
+        try:
+            baseline = json.loads(Path(args.baseline).read_text())
+        except (OSError, ValueError) as exc:
+            console.print(f"[red]error:[/] cannot read --baseline {escape(args.baseline)}: {escape(str(exc))}")
+            return EXIT_ERROR
+        if not isinstance(baseline, dict) or baseline.get("schema") != SCHEMA:
+            console.print(f"[red]error:[/] --baseline {escape(args.baseline)} is not a {SCHEMA} report")
+            return EXIT_ERROR
+        if not 0 < args.baseline_false_alarm_rate < 1:
+            console.print(f"[red]error:[/] --baseline-false-alarm-rate must be in (0, 1), got "
+                          f"{args.baseline_false_alarm_rate}")
+            return EXIT_ERROR
     try:
         device = _device(args.device)
         verifier, target = resolve_sampler(args.sampler)
     except (SamplerError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_ERROR
 
+    budget_mode = args.batches is None
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                         TimeElapsedColumn(), console=console, disable=args.quiet)
-    task = progress.add_task("audit", total=len(cases), info="")
-    state = {"name": ""}
+    task = progress.add_task("audit", total=None, info="")
+    state = {"resumed": set(), "done_batches": 0, "current": 0}
 
-    def on_start(case, i, n):
-        state["name"] = case.name
-        progress.update(task, description=f"[{i + 1}/{n}] {case.name}", info="")
-
-    def on_progress(num_sequences, num_batches):
-        progress.update(task, info=f"{num_sequences:,} sequences")
+    def on_status(ev: dict) -> None:
+        kind = ev["event"]
+        if kind == "pilot":
+            progress.update(task, description=f"pilot: timing one decoder call of {ev['num_cases']} case(s)")
+        elif kind == "plan":
+            plan = ev["plan"]
+            state["resumed"] = set(ev["resumed"])
+            if ev["resumed"]:
+                progress.console.print(f"resuming: {len(ev['resumed'])} case(s) finished by an interrupted run "
+                                       f"of this audit: {escape(', '.join(ev['resumed']))}")
+            if budget_mode:
+                progress.update(task, total=args.budget, completed=0)
+                parts = ", ".join(f"{escape(c.name)} {c.planned_batches} (≈TV {_fmt_tv(c.planned_detectable_tv)})"
+                                  for c in plan.cases)
+                progress.console.print(f"plan for {args.budget:g} s (pilot {plan.pilot_s:.1f} s), decoder calls: "
+                                       f"{parts}")
+                if plan.note:
+                    progress.console.print(f"[yellow]{escape(plan.note)}[/]")
+            else:
+                progress.update(task, total=sum(c.planned_batches for c in plan.cases) or 1, completed=0)
+        elif kind == "case_start":
+            state["current"] = 0
+            progress.update(task, description=f"[{ev['index'] + 1}/{ev['num_cases']}] {escape(ev['case'])}",
+                            info=f"planned {ev['planned_batches']} calls, ≈TV {_fmt_tv(ev['planned_detectable_tv'])}")
+        elif kind == "batch":
+            state["current"] = ev["num_batches"]
+            info = (f"{ev['num_sequences']:,} seq · {ev['num_batches']}/{ev['planned_batches']} calls · "
+                    f"≈TV {_fmt_tv(ev['detectable_tv'])} (plan {_fmt_tv(ev['planned_detectable_tv'])})")
+            if budget_mode:
+                progress.update(task, completed=min(ev["elapsed_s"], args.budget), info=info)
+            else:
+                progress.update(task, completed=state["done_batches"] + ev["num_batches"], info=info)
+        elif kind == "case_end":
+            if budget_mode and "elapsed_s" in ev:
+                progress.update(task, completed=min(ev["elapsed_s"], args.budget))
+            elif not budget_mode:
+                state["done_batches"] += max(state["current"], 0)
+                progress.update(task, completed=state["done_batches"])
 
     def on_end(res):
-        progress.advance(task)
         mark = "[green]pass[/]" if res.passed else "[red]FAIL[/]"
-        progress.console.print(f"{res.case.name}: {mark} ({res.num_sequences:,} sequences, {res.wall_time_s:.1f} s)")
+        extra = " (resumed)" if res.case.name in state["resumed"] else ""
+        kind = ""
+        if res.defect:
+            kind = " — " + escape(res.defect.splitlines()[0][:160])
+        progress.console.print(f"{escape(res.case.name)}: {mark}{extra} ({res.num_sequences:,} sequences, "
+                               f"{res.wall_time_s:.1f} s){kind}")
 
+    journal_dir = None if args.no_journal else Path(args.report_dir) / JOURNAL_SUBDIR
     with progress:
         report = run_audit(verifier, sampler_name=args.sampler, sampler_target=target, cases=cases,
                            false_fail_rate=args.false_fail_rate, budget_s=args.budget,
                            num_batches=args.batches, seed=args.seed, device=device,
-                           on_case_start=on_start, progress=on_progress, on_case_end=on_end)
-
-    table = Table(title=f"specexact audit of {args.sampler}: {report['verdict'].upper()}")
-    for col in ("case / check", "method", "n", "p-value", "detectable TV", "verdict"):
-        table.add_column(col, no_wrap=True)
-    for chk in report["checks"]:
-        tv = chk["detectable_tv"]
-        table.add_row(f"{chk['case']} / {chk['name']}", chk["method"], f"{chk['n']:,}", f"{chk['pvalue']:.3g}",
-                      tv if isinstance(tv, str) else f"{tv:.3g}",
-                      "pass" if chk["passed"] else "[red]FAIL[/]")
-    out = Console()
-    out.width = max(out.width, 110)
-    out.print(table)
-
+                           on_case_end=on_end, on_status=on_status, shard=shard,
+                           journal_dir=journal_dir, fresh=args.fresh, isolate=args.isolate,
+                           case_timeout_s=args.case_timeout,
+                           case_set=("quick" if args.quick else "default"))
+    _print_table(report)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out_dir = Path(args.report_dir)
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in args.sampler)
-    base = out_dir / f"audit-{safe}-{stamp}"
-    json_path = write_json(report, base.with_suffix(".json"))
-    md_path = base.with_suffix(".md")
-    md_path.write_text(render_markdown(report))
-    if args.json:
-        write_json(report, args.json)
-    for f in report["findings"]:
-        console.print(f"[red]finding[/] {f['case']} / {f['check']}: {f['message']}")
-    console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
-                  f"{report['wall_time_s']:.1f} s; reports: {json_path}, {md_path}")
+    stem = f"audit-{_safe(args.sampler)}-{stamp}" + (f"-shard{shard[0]}of{shard[1]}" if shard else "")
+    journal = report.pop("journal", None)
+    diff = None
+    if baseline is not None:
+        from specexact.audit.baseline import compare_to_baseline
+
+        diff = compare_to_baseline(report, baseline, false_alarm_rate=args.baseline_false_alarm_rate)
+        report["baseline"] = {"path": str(args.baseline), **diff.to_dict()}
+        console.print(escape(diff.summary()))
+    _write(report, args, console, stem)
+    if journal:  # the reports are safely on disk: the journal has done its job
+        Path(journal).unlink(missing_ok=True)
+        try:
+            Path(journal).parent.rmdir()  # only if no other audit's journal is there
+        except OSError:
+            pass
+    if diff is not None:
+        return EXIT_FAIL if diff.regressed else EXIT_PASS
     return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+
+
+def _merge(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from specexact.audit.shard import ShardError, merge_reports
+    from specexact.reports import read_json
+
+    console = Console(stderr=True)
+    reports = []
+    for path in args.reports:
+        try:
+            reports.append(read_json(path))
+        except (OSError, ValueError) as exc:
+            console.print(f"[red]error:[/] cannot read {escape(path)}: {escape(str(exc))}")
+            return EXIT_ERROR
+    try:
+        report = merge_reports(reports)
+    except ShardError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return EXIT_ERROR
+    _print_table(report)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    _write(report, args, console, f"audit-{_safe(report['sampler']['name'])}-{stamp}")
+    return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+
+
+def _render(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from specexact.reports import SchemaError, load_history, read_json, render_html, render_markdown, validate_report
+    from specexact.reports.json_report import write_text
+
+    console = Console(stderr=True)
+    path = Path(args.report)
+    try:
+        report = read_json(path)
+        validate_report(report)
+    except (OSError, ValueError, SchemaError) as exc:
+        console.print(f"[red]error:[/] {escape(str(path))}: {escape(str(exc))}")
+        return EXIT_ERROR
+    out = Path(args.out_dir) if args.out_dir else path.parent
+    history = load_history(path.parent, sampler_name=report["sampler"]["name"], exclude=[path],
+                           before=report["started_at"], limit=args.history)
+    written = [write_text(render_markdown(report, history), out / (path.stem + ".md"))]
+    if not args.no_html:
+        written.append(write_text(render_html(report, history), out / (path.stem + ".html")))
+    console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+    return EXIT_PASS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "audit":
             return _audit(args)
+        if args.command == "merge":
+            return _merge(args)
+        if args.command == "render":
+            return _render(args)
     except KeyboardInterrupt:
         return EXIT_ERROR
     parser.error(f"unknown command {args.command!r}")

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json", "read_json", "to_jsonable"]
+__all__ = ["write_json", "read_json", "to_jsonable", "write_text"]
 
 
 def to_jsonable(value):
@@ -24,18 +24,32 @@ def to_jsonable(value):
     return value
 
 
-def write_json(report: dict, path: str | os.PathLike) -> Path:
-    """Write ``report`` atomically (temporary file, fsync, rename). Returns the path."""
+def write_text(text: str, path: str | os.PathLike) -> Path:
+    """Write ``text`` atomically (temporary file, fsync, rename). Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(to_jsonable(report), indent=2, allow_nan=False)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return path
+
+
+def write_json(report: dict, path: str | os.PathLike) -> Path:
+    """Write ``report`` atomically (temporary file, fsync, rename). Returns the path."""
+    return write_text(json.dumps(to_jsonable(report), indent=2, allow_nan=False) + "\n", path)
 
 
 def read_json(path: str | os.PathLike) -> dict:

@@ -1,8 +1,23 @@
-"""Human-readable audit report in Markdown."""
+"""Human-readable audit report in Markdown.
+
+Text that comes from a sampler (names, exception messages, outcome labels) is escaped so
+it renders literally: ``|`` and newlines cannot break a table, ``<`` ``>`` ``&`` become
+entities (no HTML injection where Markdown is rendered as HTML), backticks cannot end a
+code span.
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
 __all__ = ["render_markdown"]
+
+
+def _num(x) -> float:
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    return math.inf if x == "inf" else (-math.inf if x == "-inf" else math.nan)
 
 
 def _fmt(x, spec=".3g") -> str:
@@ -14,25 +29,59 @@ def _fmt(x, spec=".3g") -> str:
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("|", "\\|").replace("\r", " ").replace("\n", " "))
 
 
-def render_markdown(report: dict) -> str:
-    """Render an audit report (the dict of :func:`specexact.audit.run_audit`) as Markdown."""
+def _code(text: object) -> str:
+    """An inline code span that holds ``text`` literally (not for table cells)."""
+    t = str(text).replace("\r", " ").replace("\n", " ")
+    fence = "`"
+    while fence in t:
+        fence += "`"
+    pad = " " if t.startswith("`") or t.endswith("`") else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
+
+
+def _median(values) -> str:
+    finite = sorted(v for v in values if math.isfinite(v))
+    return f"{finite[len(finite) // 2]:.3g}" if finite else "-"
+
+
+def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
+    """Render an audit report (the dict of :func:`specexact.audit.run_audit`) as Markdown.
+
+    ``history``: earlier reports' summaries (:func:`specexact.reports.trend.load_history`),
+    oldest first, for the trend section.
+    """
     s = report["settings"]
     env = report["environment"]
+    plan = report.get("plan") or {}
+    shard = s.get("shard")
     lines = [
-        f"# specexact audit: {_cell(report['sampler']['name'])} — **{report['verdict'].upper()}**",
+        f"# specexact audit: {_cell(report['sampler']['name'])} — **{report['verdict'].upper()}**"
+        + (f" (shard {shard['index']}/{shard['count']})" if shard else ""),
         "",
-        f"- sampler: `{_cell(report['sampler']['target'])}`",
+        f"- sampler: {_code(report['sampler']['target'])}",
         f"- started: {report['started_at']}, wall time {report['wall_time_s']:.1f} s, "
         f"{report['num_sequences']:,} sequences",
         f"- false-fail rate of the whole audit: {s['false_fail_rate']:g}, split ({s['correction']}) "
         f"over {s['num_checks']} checks: {s['per_check_false_fail_rate']:.3g} each",
         f"- seed {s['seed']}; " + (f"budget {s['budget_s']:g} s" if s.get("budget_s") else
-                                   f"{s['num_batches']} decoder calls per case"),
+                                   f"{s['num_batches']} decoder calls per case")
+        + ("; cases isolated in subprocesses" if s.get("isolate") else ""),
         f"- torch {env['torch']} on {env['device']} ({_cell(env.get('device_name'))}), "
         f"specexact {env['specexact']}, git {env.get('git_revision') or '-'}",
+    ]
+    if report.get("resumed_cases"):
+        lines.append(f"- resumed from a journal: {', '.join(_cell(c) for c in report['resumed_cases'])} "
+                     "finished in an earlier, interrupted run")
+    if report.get("shards"):
+        lines.append("- merged from shards: " + "; ".join(
+            f"{sh['index']}/{sh['count']} ({', '.join(_cell(c) for c in sh['cases'])})" for sh in report["shards"]))
+    if plan.get("note"):
+        lines.append(f"- **plan:** {_cell(plan['note'])}")
+    lines += [
         "",
         "Detectable TV: the smallest total-variation distance (of the binned law, for "
         "goodness-of-fit checks) that the check detects with power 1 - false-pass rate at its "
@@ -43,16 +92,26 @@ def render_markdown(report: dict) -> str:
     if report["findings"]:
         lines += ["## Findings", ""]
         for f in report["findings"]:
-            lines.append(f"- **{_cell(f['case'])} / {_cell(f['check'])}**: {_cell(f['message'])}")
+            kind = f.get("kind")
+            lines.append(f"- **{_cell(f['case'])} / {_cell(f['check'])}**"
+                         + (f" ({_cell(kind)})" if kind else "") + f": {_cell(f['message'])}")
             if f.get("worst"):
                 worst = "; ".join(f"{_cell(w[0])}: observed {_fmt(w[1])}, expected {_fmt(w[2])}" for w in f["worst"][:3])
                 lines.append(f"  - worst: {worst}")
-            lines.append(f"  - reproduce: `{_cell(f['reproduction']['command'])}`")
+            lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
         lines.append("")
-    lines += ["## Cases", "", "| case | verdict | sequences | wall s | description |", "|---|---|---|---|---|"]
+    plan_cases = {c["name"]: c for c in plan.get("cases") or []}
+    lines += ["## Cases", "",
+              "| case | verdict | sequences | calls (planned) | ≈ planned TV | wall s | description |",
+              "|---|---|---|---|---|---|---|"]
     for c in report["cases"]:
-        lines.append(f"| {_cell(c['name'])} | {c['verdict']} | {c['num_sequences']:,} | "
-                     f"{c['wall_time_s']:.1f} | {_cell(c['description'])} |")
+        ex = c.get("execution") or {}
+        pc = plan_cases.get(c["name"]) or {}
+        tags = [t for t, on in (("isolated", ex.get("isolated")), ("resumed", ex.get("resumed"))) if on]
+        planned = f" ({ex['planned_batches']})" if ex.get("planned_batches") is not None else ""
+        lines.append(f"| {_cell(c['name'])} | {c['verdict']}{' (' + ', '.join(tags) + ')' if tags else ''} | "
+                     f"{c['num_sequences']:,} | {c.get('num_batches', '-')}{planned} | "
+                     f"{_fmt(pc.get('planned_detectable_tv'))} | {c['wall_time_s']:.1f} | {_cell(c['description'])} |")
     lines += ["", "## Checks", "",
               "| case | check | method | n | p-value | BH-adjusted | detectable TV | verdict |",
               "|---|---|---|---|---|---|---|---|"]
@@ -62,4 +121,31 @@ def render_markdown(report: dict) -> str:
             f"{_fmt(chk['pvalue'])} | {_fmt(chk.get('bh_adjusted_pvalue'))} | "
             f"{_fmt(chk['detectable_tv'])} | {'pass' if chk['passed'] else '**FAIL**'} |"
         )
+    hists = [h for h in report.get("accepted_length", []) if h.get("observed")]
+    if hists:
+        lines += ["", "## Accepted lengths (first round): observed / expected", "",
+                  "| case | check | counts |", "|---|---|---|"]
+        for h in hists:
+            pairs = ", ".join(f"{_cell(lbl)}: {o:,.0f} / {e:,.1f}"
+                              for lbl, o, e in zip(h["labels"], h["observed"], h["expected"]))
+            lines.append(f"| {_cell(h['case'])} | {_cell(h['check'])} | {pairs} |")
+    if history:
+        lines += ["", f"## Trend (this report and the {len(history)} before it in this folder)", "",
+                  "| report (UTC) | verdict | failed checks | median detectable TV |", "|---|---|---|---|"]
+        from .trend import summarize
+
+        for h in list(history) + [summarize(report)]:
+            lines.append(f"| {str(h['started_at'])[:19].replace('T', ' ')} | {h['verdict']} | "
+                         f"{sum(1 for c in h['checks'].values() if not c['passed'])} | "
+                         f"{_median((c['detectable_tv'] for c in h['checks'].values()))} |")
+        changed = []
+        last = history[-1]["checks"]
+        for chk in report["checks"]:
+            key = f"{chk['case']} / {chk['name']}"
+            before = last.get(key)
+            if before is not None and before["passed"] != bool(chk["passed"]):
+                changed.append(f"{_cell(key)}: {'pass' if before['passed'] else 'FAIL'} → "
+                               f"{'pass' if chk['passed'] else 'FAIL'}")
+        if changed:
+            lines += ["", "Checks whose verdict changed since the previous report: " + "; ".join(changed)]
     return "\n".join(lines) + "\n"

@@ -97,3 +97,60 @@ def test_console_script_and_module_entry(tmp_path):
     out = subprocess.run([sys.executable, "-m", "specexact", "audit", "--list-cases"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and "v8-plain" in out.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--case-timeout", "0"],
+    ["--threads", "0"],
+    ["--history", "-1"],
+    ["--shard", "2/1"],
+    ["--budget", "nan"],
+])
+def test_new_options_that_cannot_run_exit_2(tmp_path, args):
+    assert run_cli(["--quiet", *args], tmp_path) == 2
+
+
+def test_merge_and_render_cannot_run_exit_2(tmp_path):
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["merge", str(tmp_path / "bad.json"), "--report-dir", str(tmp_path), "--quiet"]) == 2
+    assert main(["render", str(tmp_path / "bad.json")]) == 2
+    assert main(["render", str(tmp_path / "missing.json")]) == 2
+
+
+def test_quick_list_cases(capsys):
+    assert main(["audit", "--quick", "--list-cases"]) == 0
+    assert "v8-plain" in capsys.readouterr().out
+
+
+def test_render_rewrites_markdown_and_html(tmp_path):
+    assert run_cli([*QUICK, "--no-html", "--no-journal"], tmp_path) in (0, 1)
+    report = next(tmp_path.glob("audit-*.json"))
+    assert not report.with_suffix(".html").exists()
+    assert main(["render", str(report)]) == 0
+    assert report.with_suffix(".html").exists() and "specexact audit" in report.with_suffix(".md").read_text()
+
+
+@pytest.mark.statistical(checks=17)
+def test_baseline_mode_exits_1_only_on_regression(tmp_path, alpha):
+    """A pass against its own earlier pass is 0; a biased sampler against that baseline is 1.
+
+    Ledger: two correct audits of 8 checks, plus the baseline comparison's whole
+    false-alarm rate (one check's share)."""
+    rate = str(alpha * 8)
+    common = ["--case", "v12-eos-cut", "--batches", "4", "--quiet", "--no-html", "--false-fail-rate", rate]
+    assert run_cli([*common, "--json", str(tmp_path / "base.json")], tmp_path) == 0
+    assert run_cli([*common, "--baseline", str(tmp_path / "base.json"), "--baseline-false-alarm-rate", str(alpha),
+                    "--json", str(tmp_path / "again.json")], tmp_path) == 0
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["baseline"]["regressed"] is False
+    code = run_cli([*common, "--sampler", "specexact.audit.zoo:resample_from_target",
+                    "--baseline", str(tmp_path / "base.json"), "--json", str(tmp_path / "bad.json")], tmp_path)
+    assert code == 1
+    assert json.loads((tmp_path / "bad.json").read_text())["baseline"]["regressed"] is True
+
+
+def test_baseline_unreadable_exits_2(tmp_path):
+    (tmp_path / "junk.json").write_text("{not json")
+    assert run_cli(["--quiet", "--baseline", str(tmp_path / "junk.json")], tmp_path) == 2
+    (tmp_path / "other.json").write_text('{"schema": "something-else"}')
+    assert run_cli(["--quiet", "--baseline", str(tmp_path / "other.json")], tmp_path) == 2

@@ -1,0 +1,297 @@
+"""Plan an audit's sample sizes from the power functions so that it fits a time budget.
+
+With ``--budget SECONDS`` the audit
+
+1. times one decoder call of every case with the built-in verifier (the *pilot*, after an
+   untimed warm-up call; its samples are discarded; it never runs the audited sampler, so
+   it cannot hang);
+2. chooses the number of decoder calls of every case so that the calls of all cases fit
+   the time left and the sum of the cases' squared *planned detectable TVs* — the smallest
+   total-variation distance that a case's chi-square checks detect with power 0.99 at the
+   per-check false-fail rate — is as small as possible (:func:`plan_batches`);
+3. re-plans the cases not yet run after every case, from the time actually left and the
+   speed actually measured (the audited sampler may be slower than the built-in one), so
+   the audit ends on time however wrong the pilot was.
+
+The power of a check depends on its number of bins, which the binning finds only after
+sampling. The plan uses a stand-in: ``min(number of outcomes, PLAN_MAX_BINS)`` bins for
+the sequence / first-token checks, ``γ + 1`` for the accepted-length check, and the
+two-sample law (half the effective sample size) for ``sequences_vs_naive``. The figures
+shown while sampling are therefore marked ``≈``; every check's own ``detectable_tv`` in
+the report is exact.
+
+Every case gets at least :data:`MIN_BATCHES` decoder calls (the independence checks need
+call pairs), so a budget below :func:`minimum_time` overruns; the plan says so.
+
+Sample sizes under a budget depend on the machine's speed, never on the data: rerunning a
+case with the ``--batches`` count recorded in the report reproduces its samples exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import torch
+
+from specexact.exactness.power import min_detectable_tv_chisquare, min_num_samples_chisquare
+
+from .cases import AuditCase
+
+__all__ = [
+    "PLAN_MAX_BINS",
+    "MIN_BATCHES",
+    "CasePlan",
+    "AuditPlan",
+    "planning_checks",
+    "approx_detectable_tv",
+    "batches_for_tv",
+    "plan_batches",
+    "tv_constant",
+    "minimum_time",
+    "pilot_costs",
+]
+
+#: Bins assumed for a sequence / first-token check when planning (its binned law's size).
+PLAN_MAX_BINS = 32
+#: Fewest decoder calls a case makes (the independence checks compare pairs of calls).
+MIN_BATCHES = 2
+#: Allowed miss probability of the planned detectable TV (power 0.99, as the checks).
+FALSE_PASS_RATE = 0.01
+
+
+@dataclass
+class CasePlan:
+    """The plan of one case."""
+
+    name: str
+    seconds_per_batch: float | None  # None with fixed --batches
+    rows_per_class: int
+    planned_batches: int
+    planned_time_s: float | None
+    planned_sequences_per_class: int
+    planned_detectable_tv: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class AuditPlan:
+    """What the audit intends to sample (see the module docstring)."""
+
+    mode: str  # "budget" or "batches"
+    budget_s: float | None
+    pilot_s: float
+    per_check_false_fail_rate: float
+    target_detectable_tv: float | None
+    feasible: bool
+    cases: list[CasePlan] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["cases"] = [c.to_dict() for c in self.cases]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AuditPlan":
+        d = dict(d)
+        d["cases"] = [CasePlan(**c) for c in d.get("cases", [])]
+        return cls(**d)
+
+    def case(self, name: str) -> CasePlan | None:
+        for c in self.cases:
+            if c.name == name:
+                return c
+        return None
+
+
+def _support(vocab_size: int, length: int) -> int:
+    # V ** length without building a huge integer.
+    if length * math.log(max(vocab_size, 2)) > math.log(10**9):
+        return 10**9
+    return max(2, vocab_size**length)
+
+
+def planning_checks(case: AuditCase) -> list[tuple[int, bool]]:
+    """``(num_bins, two_sample)`` of the chi-square checks a class of ``case`` runs (stand-ins)."""
+    V, L = case.model.vocab_size, case.length
+    if case.exact:
+        return [(min(_support(V, L), PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
+    return [(min(V, PLAN_MAX_BINS), False), (min(_support(V, L), PLAN_MAX_BINS), True)]
+
+
+def rows_per_class(case: AuditCase) -> int:
+    return case.batch_size // len(case.row_classes)
+
+
+def approx_detectable_tv(case: AuditCase, num_sequences_per_class: int, alpha: float) -> float:
+    """Planned detectable TV of ``case`` with ``num_sequences_per_class`` sequences per class.
+
+    The largest over the case's chi-square checks (stand-in bins); ``math.inf`` when some
+    check cannot yet guarantee any TV up to 1.
+    """
+    if num_sequences_per_class < 1:
+        return math.inf
+    return max(
+        min_detectable_tv_chisquare(int(num_sequences_per_class), num_bins=bins, false_fail_rate=alpha,
+                                    false_pass_rate=FALSE_PASS_RATE, two_sample=two)
+        for bins, two in planning_checks(case)
+    )
+
+
+def _even_ceil(x: float) -> int:
+    k = max(MIN_BATCHES, math.ceil(x - 1e-9))
+    return k + (k % 2)
+
+
+def batches_for_tv(case: AuditCase, tv: float, alpha: float) -> int:
+    """Decoder calls ``case`` needs so that every chi-square check detects TV ``tv``."""
+    n = max(
+        min_num_samples_chisquare(tv, num_bins=bins, false_fail_rate=alpha, false_pass_rate=FALSE_PASS_RATE,
+                                  two_sample=two)
+        for bins, two in planning_checks(case)
+    )
+    return _even_ceil(n / rows_per_class(case))
+
+
+def minimum_time(cases: Sequence[AuditCase], costs: Sequence[float]) -> float:
+    """Sampling time of :data:`MIN_BATCHES` calls per case."""
+    return sum(MIN_BATCHES * c for c in costs)
+
+
+def tv_constant(case: AuditCase, alpha: float) -> float:
+    """``K`` with ``(planned detectable TV)**2 = K / n`` at ``n`` sequences per class.
+
+    The noncentral chi-square bound gives ``TV = sqrt(lambda* / (4 n_eff))``; ``K`` is the
+    largest ``lambda* / 4`` (over the case's checks, two-sample ones doubled).
+    """
+    big = 10**12
+    return max(
+        min_detectable_tv_chisquare(big, num_bins=bins, false_fail_rate=alpha, false_pass_rate=FALSE_PASS_RATE,
+                                    two_sample=two) ** 2 * big
+        for bins, two in planning_checks(case)
+    )
+
+
+def plan_batches(
+    cases: Sequence[AuditCase],
+    costs: Sequence[float],
+    available_s: float,
+    alpha: float,
+) -> tuple[list[int], float | None, bool]:
+    """Decoder calls per case that minimise the sum of the cases' squared detectable TVs.
+
+    Parameters
+    ----------
+    cases, costs
+        The cases to run and their seconds per decoder call.
+    available_s
+        Sampling time for all of them.
+    alpha
+        Per-check false-fail rate.
+
+    Returns
+    -------
+    (batches, worst_tv, feasible)
+        ``batches[c]`` is even and at least :data:`MIN_BATCHES`, and ``sum(batches[c] *
+        costs[c]) <= available_s``. ``worst_tv`` is the largest planned detectable TV of a
+        case (None if none is finite). ``feasible`` is False when even the minimum does not
+        fit (every case then gets :data:`MIN_BATCHES` and the audit overruns).
+
+    Notes
+    -----
+    With ``TV_c**2 = K_c / n_c`` (:func:`tv_constant`), ``n_c = b_c r_c`` sequences per class
+    from ``b_c`` calls of ``r_c`` rows per class costing ``s_c`` seconds each, minimising
+    ``sum_c K_c / (b_c r_c)`` subject to ``sum_c b_c s_c <= T`` gives (Lagrange)
+    ``b_c = sqrt(K_c / (mu r_c s_c))``: a case's time grows with the square root of its cost,
+    so cheap cases get many calls and expensive ones their fair part — unlike equalising the
+    TVs, which would spend nearly all the time on the most expensive case, or equal time
+    per case, which would starve it. The multiplier ``mu`` is found by bisection on the
+    even-rounded-down counts; time left by the rounding goes, two calls at a time, to the
+    case whose squared TV falls most per second.
+    """
+    if not cases:
+        return [], None, True
+    minimum = [MIN_BATCHES] * len(cases)
+    rows = [rows_per_class(c) for c in cases]
+    K = [tv_constant(c, alpha) for c in cases]
+
+    def worst(b: list[int]) -> float | None:
+        tvs = [approx_detectable_tv(c, bi * r, alpha) for c, bi, r in zip(cases, b, rows)]
+        finite = [t for t in tvs if math.isfinite(t)]
+        return max(finite) if finite else None
+
+    if minimum_time(cases, costs) > available_s:
+        return minimum, worst(minimum), False
+
+    def alloc(log_mu: float) -> list[int]:
+        mu = math.exp(log_mu)
+        out = []
+        for k, s, r in zip(K, costs, rows):
+            b = math.sqrt(k / (mu * r * s))
+            b = int(min(b, 1e9) // 2) * 2
+            out.append(max(MIN_BATCHES, b))
+        return out
+
+    def total(b: list[int]) -> float:
+        return sum(bi * ci for bi, ci in zip(b, costs))
+
+    lo, hi = -80.0, 80.0  # log mu: alloc(lo) is huge, alloc(hi) is the minimum
+    best = minimum
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        b = alloc(mid)
+        if total(b) <= available_s:
+            best, hi = b, mid
+        else:
+            lo = mid
+        if hi - lo < 1e-6:
+            break
+    best = list(best)
+    spare = available_s - total(best)
+    for _ in range(10_000):  # hand out what rounding left, two calls at a time
+        gains = [(K[c] / (best[c] * rows[c]) - K[c] / ((best[c] + 2) * rows[c])) / (2 * costs[c])
+                 if 2 * costs[c] <= spare else -1.0 for c in range(len(cases))]
+        c = max(range(len(cases)), key=lambda i: gains[i])
+        if gains[c] <= 0:
+            break
+        best[c] += 2
+        spare -= 2 * costs[c]
+    return best, worst(best), True
+
+
+def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu") -> list[float]:
+    """Seconds of one decoder call of every case (naive sampling included for two-sample
+    cases), measured with the built-in verifier. The samples are discarded."""
+    from specexact.decoders import naive_generate, speculative_generate, verify
+
+    dev = torch.device(device)
+    costs = []
+    if cases:  # untimed warm-up: the first call of a process pays one-time set-up costs
+        case = cases[0]
+        rows = 4 * len(case.row_classes)
+        target, draft = case.models(dev)
+        prompts, t_params, d_params = case.batch(dev)
+        speculative_generate(target, draft, prompts[:rows], t_params[:rows], d_params[:rows],
+                             num_draft_tokens=case.num_draft_tokens, max_new_tokens=case.length,
+                             generator=torch.Generator(device=dev).manual_seed(0), eos_token_id=case.eos_token_id,
+                             verifier=verify)
+    for case in cases:
+        target, draft = case.models(dev)
+        prompts, t_params, d_params = case.batch(dev)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        t0 = time.perf_counter()
+        speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
+                             max_new_tokens=case.length, generator=gen, eos_token_id=case.eos_token_id,
+                             verifier=verify)
+        if not case.exact:
+            naive_generate(target, prompts, t_params, max_new_tokens=case.length, generator=gen,
+                           eos_token_id=case.eos_token_id)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        costs.append(max(time.perf_counter() - t0, 1e-4))
+    return costs

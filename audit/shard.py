@@ -1,0 +1,121 @@
+"""Split an audit over machines (``--shard i/n``) and merge the shards' reports.
+
+A case's checks depend only on its own samples, and its samples only on the audit seed, the
+case and its number of decoder calls: the counts a case produces are sufficient statistics
+of its checks whoever runs it. So an audit is split *by case*: shard ``i`` of ``n`` runs a
+fixed slice of the cases (:func:`shard_cases`), each at the per-check false-fail rate of
+the **whole** audit (the audit's rate divided by the checks of *all* cases, not of the
+shard's), and :func:`merge_reports` puts the slices back together. With ``--batches`` the
+merged report has exactly the counts, p-values and verdicts of an unsharded run; with a
+time budget each shard plans its own slice within its own budget.
+
+The split is deterministic: cases are dealt, heaviest ``weight`` first, to the shard with
+the least weight so far (ties: lower index), then each shard keeps the audit's order.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from .cases import AuditCase
+
+__all__ = ["ShardError", "parse_shard", "shard_cases", "merge_reports"]
+
+
+class ShardError(ValueError):
+    """Bad ``--shard`` value, or shard reports that do not form one audit."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` (1-based, ``1 <= i <= n``) -> ``(i, n)``."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m:
+        raise ShardError(f"--shard must look like I/N (e.g. 1/4), got {text!r}")
+    i, n = int(m.group(1)), int(m.group(2))
+    if not 1 <= i <= n:
+        raise ShardError(f"--shard {text!r}: need 1 <= I <= N")
+    return i, n
+
+
+def shard_cases(cases: Sequence[AuditCase], index: int, count: int) -> list[AuditCase]:
+    """The cases of shard ``index`` (1-based) of ``count`` (see the module docstring)."""
+    if not 1 <= index <= count:
+        raise ShardError(f"shard {index}/{count}: need 1 <= index <= count")
+    loads = [0.0] * count
+    owner = {}
+    order = sorted(range(len(cases)), key=lambda k: (-cases[k].weight, k))
+    for k in order:
+        s = min(range(count), key=lambda j: (loads[j], j))
+        owner[k] = s
+        loads[s] += cases[k].weight
+    return [c for k, c in enumerate(cases) if owner[k] == index - 1]
+
+
+def merge_reports(reports: Sequence[dict]) -> dict:
+    """Merge the JSON reports of shards ``1/n .. n/n`` of one audit into one report.
+
+    Raises
+    ------
+    ShardError
+        A report is not a shard, the shards come from different audits (sampler, seed,
+        cases, sample sizes, false-fail rate, device or versions differ: their
+        ``settings.audit_key`` differ), a shard is missing or given twice, or the shards'
+        cases do not add up to the audit's cases.
+    """
+    from specexact.reports.schema import SchemaError, validate_report
+
+    from .audit import build_report
+
+    if not reports:
+        raise ShardError("nothing to merge: give the JSON reports of all shards")
+    for k, r in enumerate(reports):
+        try:
+            validate_report(r)
+        except SchemaError as exc:
+            raise ShardError(f"report {k + 1} is not a valid audit report: {exc}") from exc
+        if not r["settings"].get("shard"):
+            raise ShardError(f"report {k + 1} ({r['started_at']}) is not a shard (run with --shard I/N)")
+    keys = {r["settings"]["audit_key"] for r in reports}
+    if len(keys) != 1:
+        raise ShardError("the reports come from different audits (sampler, seed, cases, sample sizes, "
+                         f"false-fail rate, device or versions differ): audit keys {sorted(keys)}")
+    count = reports[0]["settings"]["shard"]["count"]
+    indices = sorted(r["settings"]["shard"]["index"] for r in reports)
+    if indices != list(range(1, count + 1)):
+        raise ShardError(f"need shards 1..{count} exactly once each, got {indices}")
+    first = reports[0]
+    all_cases = list(first["settings"]["all_cases"])
+    by_name: dict[str, dict] = {}
+    for r in reports:
+        for c in r["cases"]:
+            if c["name"] in by_name:
+                raise ShardError(f"case {c['name']!r} is in two shards")
+            by_name[c["name"]] = c
+    if sorted(by_name) != sorted(all_cases):
+        missing = sorted(set(all_cases) - set(by_name))
+        extra = sorted(set(by_name) - set(all_cases))
+        raise ShardError(f"the shards' cases do not add up to the audit's: missing {missing}, unexpected {extra}")
+    shards = sorted(reports, key=lambda r: r["settings"]["shard"]["index"])
+    settings = dict(first["settings"])
+    settings["shard"] = None
+    return build_report(
+        [by_name[n] for n in all_cases],
+        sampler=first["sampler"],
+        settings=settings,
+        environment=first["environment"],
+        started_at=min(r["started_at"] for r in shards),
+        finished_at=max(r.get("finished_at") or r["started_at"] for r in shards),
+        wall_time_s=max(r["wall_time_s"] for r in shards),
+        plan=None,
+        shards=[{
+            "index": r["settings"]["shard"]["index"],
+            "count": r["settings"]["shard"]["count"],
+            "cases": [c["name"] for c in r["cases"]],
+            "started_at": r["started_at"],
+            "wall_time_s": r["wall_time_s"],
+            "verdict": r["verdict"],
+            "environment": r["environment"],
+            "plan": r.get("plan"),
+        } for r in shards],
+    )

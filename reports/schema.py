@@ -1,0 +1,399 @@
+"""The JSON Schema of the audit report, and a small validator with no dependencies.
+
+:data:`REPORT_SCHEMA` is the source of truth; ``reports/audit.schema.json`` is the same
+schema written out (regenerate with ``python -c "from specexact.reports.schema import
+schema_json; print(schema_json(), end='')" > reports/audit.schema.json``; a test checks
+that they agree and that :mod:`jsonschema` accepts it as Draft 2020-12).
+``reports/schema.md`` explains the fields.
+
+:func:`validate_report` checks a report against the schema with a validator of the subset
+of JSON Schema the schema uses (``type``, ``properties``, ``required``,
+``additionalProperties``, ``items``, ``prefixItems``, ``minItems``, ``maxItems``,
+``enum``, ``const``, ``minimum``, ``maximum``, ``exclusiveMinimum``,
+``exclusiveMaximum``, ``pattern``, ``anyOf``, ``allOf``, ``$ref`` to ``#/$defs/...``), so
+``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
+
+Compatibility: readers must ignore fields they do not know (objects allow additional
+properties). Adding fields bumps ``schema_version`` (``1.1`` -> ``1.2``) and keeps
+``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
+major version (``specexact.audit/2``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator
+
+__all__ = ["REPORT_SCHEMA", "SchemaError", "validate_report", "iter_errors", "schema_json"]
+
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_RATE = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
+_TIMESTAMP = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"}
+
+REPORT_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://specexact.invalid/schemas/audit/1.1/audit.schema.json",
+    "title": "specexact audit report",
+    "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
+    "type": "object",
+    "required": [
+        "schema", "schema_version", "verdict", "sampler", "started_at", "finished_at", "wall_time_s",
+        "settings", "plan", "environment", "num_sequences", "resumed_cases", "cases", "checks", "findings",
+        "accepted_length",
+    ],
+    "properties": {
+        "schema": {"const": "specexact.audit/1"},
+        "schema_version": {"type": "string", "pattern": r"^1\.\d+$"},
+        "verdict": {"enum": ["pass", "fail"]},
+        "sampler": {
+            "type": "object",
+            "required": ["name", "target"],
+            "properties": {
+                "name": {"type": "string"},
+                "target": {"type": "string"},
+                "metadata": {"type": ["object", "null"],
+                             "description": "adapter metadata (library, version, signature variant), if any"},
+                "package": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {"type": "object", "required": ["name", "version"],
+                         "properties": {"name": {"type": "string"}, "version": _NULLABLE_STRING}},
+                    ]
+                },
+            },
+        },
+        "started_at": _TIMESTAMP,
+        "finished_at": {"anyOf": [{"type": "null"}, _TIMESTAMP]},
+        "wall_time_s": {"type": "number", "minimum": 0},
+        "settings": {"$ref": "#/$defs/settings"},
+        "plan": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/plan"}]},
+        "environment": {"$ref": "#/$defs/environment"},
+        "num_sequences": {"type": "integer", "minimum": 0},
+        "resumed_cases": {"type": "array", "items": {"type": "string"}},
+        "cases": {"type": "array", "items": {"$ref": "#/$defs/case"}},
+        "checks": {"type": "array", "items": {"$ref": "#/$defs/report_check"}},
+        "findings": {"type": "array", "items": {"$ref": "#/$defs/finding"}},
+        "accepted_length": {"type": "array", "items": {"$ref": "#/$defs/accepted_length"}},
+        "shards": {"type": "array", "items": {"$ref": "#/$defs/shard_summary"}},
+        "journal": {"type": "string"},
+    },
+    "$defs": {
+        "real": {
+            "description": "A float; non-finite values are the strings inf, -inf, nan (strict JSON).",
+            "anyOf": [{"type": "number"}, {"enum": ["inf", "-inf", "nan"]}],
+        },
+        "worst": {
+            "type": "array",
+            "maxItems": 5,
+            "items": {
+                "type": "array",
+                "prefixItems": [{"type": "string"}, {"$ref": "#/$defs/real"}, {"$ref": "#/$defs/real"}],
+                "minItems": 3,
+                "maxItems": 3,
+            },
+        },
+        "check_result": {
+            "description": "CheckResult.to_dict() of specexact.exactness.results.",
+            "type": "object",
+            "required": ["name", "method", "statistic", "pvalue", "dof", "n", "false_fail_rate", "detectable_tv",
+                         "false_pass_rate", "passed", "worst", "details", "description"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "method": {"enum": ["exact", "asymptotic", "monte_carlo"]},
+                "statistic": {"$ref": "#/$defs/real"},
+                "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
+                "dof": _NULLABLE_INT,
+                "n": {"type": "integer", "minimum": 0},
+                "false_fail_rate": _RATE,
+                "detectable_tv": {"anyOf": [{"type": "number", "minimum": 0}, {"const": "inf"}]},
+                "false_pass_rate": _RATE,
+                "passed": {"type": "boolean"},
+                "worst": {"$ref": "#/$defs/worst"},
+                "details": {"type": "object"},
+                "description": {"type": "string"},
+            },
+        },
+        "report_check": {
+            "allOf": [
+                {"$ref": "#/$defs/check_result"},
+                {"type": "object", "required": ["case"],
+                 "properties": {"case": {"type": "string"},
+                                "bh_adjusted_pvalue": {"type": "number", "minimum": 0, "maximum": 1}}},
+            ]
+        },
+        "execution": {
+            "type": "object",
+            "required": ["isolated", "resumed", "timeout_s", "sampling_time_s", "planned_batches"],
+            "properties": {
+                "isolated": {"type": "boolean"},
+                "resumed": {"type": "boolean"},
+                "timeout_s": _NULLABLE_NUMBER,
+                "sampling_time_s": _NULLABLE_NUMBER,
+                "planned_batches": _NULLABLE_INT,
+            },
+        },
+        "case": {
+            "type": "object",
+            "required": ["name", "description", "config", "seed", "num_sequences", "num_batches", "wall_time_s",
+                         "verdict", "defect", "checks", "execution"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "description": {"type": "string"},
+                "config": {"type": "object"},
+                "seed": {"type": "integer", "minimum": 0},
+                "num_sequences": {"type": "integer", "minimum": 0},
+                "num_batches": {"type": "integer", "minimum": 0},
+                "wall_time_s": {"type": "number", "minimum": 0},
+                "verdict": {"enum": ["pass", "fail"]},
+                "defect": _NULLABLE_STRING,
+                "checks": {"type": "array", "items": {"$ref": "#/$defs/check_result"}},
+                "execution": {"$ref": "#/$defs/execution"},
+            },
+        },
+        "finding": {
+            "type": "object",
+            "required": ["case", "check", "kind", "message", "pvalue", "worst", "defect", "reproduction"],
+            "properties": {
+                "case": {"type": "string"},
+                "check": {"type": "string"},
+                "kind": {"enum": ["inexactness", "crash", "timeout", "protocol_violation"]},
+                "message": {"type": "string"},
+                "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
+                "worst": {"$ref": "#/$defs/worst"},
+                "defect": _NULLABLE_STRING,
+                "reproduction": {
+                    "type": "object",
+                    "required": ["command", "python", "case_seed", "num_batches", "per_check_false_fail_rate"],
+                    "properties": {
+                        "command": {"type": "string", "pattern": "^specexact audit "},
+                        "python": {"type": "string"},
+                        "case_seed": {"type": "integer"},
+                        "batch_size": _NULLABLE_INT,
+                        "num_batches": {"type": "integer", "minimum": 1},
+                        "per_check_false_fail_rate": _RATE,
+                    },
+                },
+            },
+        },
+        "settings": {
+            "type": "object",
+            "required": ["seed", "budget_s", "num_batches", "false_fail_rate", "num_checks",
+                         "per_check_false_fail_rate", "correction", "device", "isolate", "case_timeout_s",
+                         "case_set", "all_cases", "shard", "audit_key"],
+            "properties": {
+                "seed": {"type": "integer"},
+                "budget_s": {"anyOf": [{"type": "null"}, {"type": "number", "exclusiveMinimum": 0}]},
+                "num_batches": {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 1}]},
+                "false_fail_rate": _RATE,
+                "num_checks": {"type": "integer", "minimum": 1},
+                "per_check_false_fail_rate": _RATE,
+                "correction": {"const": "bonferroni"},
+                "device": {"type": "string"},
+                "isolate": {"type": "boolean"},
+                "case_timeout_s": _NULLABLE_NUMBER,
+                "case_set": {"enum": ["default", "quick", "custom"]},
+                "all_cases": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                "shard": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {"type": "object", "required": ["index", "count", "cases"],
+                         "properties": {"index": {"type": "integer", "minimum": 1},
+                                        "count": {"type": "integer", "minimum": 1},
+                                        "cases": {"type": "array", "items": {"type": "string"}}}},
+                    ]
+                },
+                "audit_key": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+            },
+        },
+        "case_plan": {
+            "type": "object",
+            "required": ["name", "seconds_per_batch", "rows_per_class", "planned_batches", "planned_time_s",
+                         "planned_sequences_per_class", "planned_detectable_tv"],
+            "properties": {
+                "name": {"type": "string"},
+                "seconds_per_batch": _NULLABLE_NUMBER,
+                "rows_per_class": {"type": "integer", "minimum": 1},
+                "planned_batches": {"type": "integer", "minimum": 1},
+                "planned_time_s": _NULLABLE_NUMBER,
+                "planned_sequences_per_class": {"type": "integer", "minimum": 1},
+                "planned_detectable_tv": {"$ref": "#/$defs/real"},
+            },
+        },
+        "plan": {
+            "type": "object",
+            "required": ["mode", "budget_s", "pilot_s", "per_check_false_fail_rate", "target_detectable_tv",
+                         "feasible", "cases", "note"],
+            "properties": {
+                "mode": {"enum": ["budget", "batches"]},
+                "budget_s": _NULLABLE_NUMBER,
+                "pilot_s": {"type": "number", "minimum": 0},
+                "per_check_false_fail_rate": _RATE,
+                "target_detectable_tv": _NULLABLE_NUMBER,
+                "feasible": {"type": "boolean"},
+                "cases": {"type": "array", "items": {"$ref": "#/$defs/case_plan"}},
+                "note": {"type": "string"},
+            },
+        },
+        "environment": {
+            "type": "object",
+            "required": ["specexact", "python", "torch", "cuda", "device", "platform", "git_revision"],
+            "properties": {
+                "specexact": {"type": "string"},
+                "python": {"type": "string"},
+                "torch": {"type": "string"},
+                "cuda": _NULLABLE_STRING,
+                "numpy": {"type": "string"},
+                "scipy": _NULLABLE_STRING,
+                "packages": {"type": "object", "additionalProperties": _NULLABLE_STRING},
+                "device": {"type": "string"},
+                "device_name": _NULLABLE_STRING,
+                "torch_num_threads": {"type": "integer", "minimum": 1},
+                "cpu_count": _NULLABLE_INT,
+                "platform": {"type": "string"},
+                "git_revision": _NULLABLE_STRING,
+                "git_dirty": {"type": ["boolean", "null"]},
+            },
+        },
+        "accepted_length": {
+            "type": "object",
+            "required": ["case", "check", "labels", "observed", "expected", "source"],
+            "properties": {
+                "case": {"type": "string"},
+                "check": {"type": "string"},
+                "passed": {"type": "boolean"},
+                "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
+                "labels": {"type": "array", "items": {"type": "string"}},
+                "observed": {"type": "array", "items": {"type": "number", "minimum": 0}},
+                "expected": {"type": "array", "items": {"type": "number", "minimum": 0}},
+                "source": {"enum": ["details", "binned", "none"]},
+            },
+        },
+        "shard_summary": {
+            "type": "object",
+            "required": ["index", "count", "cases", "started_at", "wall_time_s", "verdict", "environment"],
+            "properties": {
+                "index": {"type": "integer", "minimum": 1},
+                "count": {"type": "integer", "minimum": 1},
+                "cases": {"type": "array", "items": {"type": "string"}},
+                "started_at": _TIMESTAMP,
+                "wall_time_s": {"type": "number", "minimum": 0},
+                "verdict": {"enum": ["pass", "fail"]},
+                "environment": {"$ref": "#/$defs/environment"},
+                "plan": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/plan"}]},
+            },
+        },
+    },
+}
+
+
+class SchemaError(ValueError):
+    """A report does not match :data:`REPORT_SCHEMA`; the message lists the first errors."""
+
+
+_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
+    or (isinstance(v, float) and v.is_integer()),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def _resolve(ref: str, root: dict) -> dict:
+    if not ref.startswith("#/"):
+        raise ValueError(f"only local $ref are supported, got {ref!r}")
+    node: Any = root
+    for part in ref[2:].split("/"):
+        node = node[part]
+    return node
+
+
+def iter_errors(instance: Any, schema: dict | None = None, path: str = "$", root: dict | None = None) -> Iterator[str]:
+    """Yield ``"PATH: problem"`` for every violation of ``schema`` (default: the report's)."""
+    root = root or REPORT_SCHEMA
+    schema = REPORT_SCHEMA if schema is None else schema
+    if "$ref" in schema:
+        yield from iter_errors(instance, _resolve(schema["$ref"], root), path, root)
+    if "allOf" in schema:
+        for sub in schema["allOf"]:
+            yield from iter_errors(instance, sub, path, root)
+    if "anyOf" in schema:
+        if not any(not any(True for _ in iter_errors(instance, sub, path, root)) for sub in schema["anyOf"]):
+            yield f"{path}: {_short(instance)} matches none of the allowed forms"
+            return
+    if "const" in schema and instance != schema["const"]:
+        yield f"{path}: must be {schema['const']!r}, got {_short(instance)}"
+    if "enum" in schema and instance not in schema["enum"]:
+        yield f"{path}: must be one of {schema['enum']}, got {_short(instance)}"
+    if "type" in schema:
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not any(_TYPES[t](instance) for t in types):
+            yield f"{path}: must be of type {' or '.join(types)}, got {_short(instance)}"
+            return
+    if isinstance(instance, (int, float)) and not isinstance(instance, bool):
+        if "minimum" in schema and instance < schema["minimum"]:
+            yield f"{path}: must be >= {schema['minimum']}, got {instance!r}"
+        if "maximum" in schema and instance > schema["maximum"]:
+            yield f"{path}: must be <= {schema['maximum']}, got {instance!r}"
+        if "exclusiveMinimum" in schema and instance <= schema["exclusiveMinimum"]:
+            yield f"{path}: must be > {schema['exclusiveMinimum']}, got {instance!r}"
+        if "exclusiveMaximum" in schema and instance >= schema["exclusiveMaximum"]:
+            yield f"{path}: must be < {schema['exclusiveMaximum']}, got {instance!r}"
+    if isinstance(instance, str):
+        if "pattern" in schema and not re.search(schema["pattern"], instance):
+            yield f"{path}: {_short(instance)} does not match {schema['pattern']!r}"
+        if "minLength" in schema and len(instance) < schema["minLength"]:
+            yield f"{path}: must have at least {schema['minLength']} character(s)"
+    if isinstance(instance, dict):
+        for key in schema.get("required", []):
+            if key not in instance:
+                yield f"{path}: missing required field {key!r}"
+        props = schema.get("properties", {})
+        for key, value in instance.items():
+            if key in props:
+                yield from iter_errors(value, props[key], f"{path}.{key}", root)
+            elif "additionalProperties" in schema:
+                extra = schema["additionalProperties"]
+                if extra is False:
+                    yield f"{path}: unexpected field {key!r}"
+                elif isinstance(extra, dict):
+                    yield from iter_errors(value, extra, f"{path}.{key}", root)
+    if isinstance(instance, list):
+        if "minItems" in schema and len(instance) < schema["minItems"]:
+            yield f"{path}: must have at least {schema['minItems']} item(s), got {len(instance)}"
+        if "maxItems" in schema and len(instance) > schema["maxItems"]:
+            yield f"{path}: must have at most {schema['maxItems']} item(s), got {len(instance)}"
+        prefix = schema.get("prefixItems", [])
+        for k, (value, sub) in enumerate(zip(instance, prefix)):
+            yield from iter_errors(value, sub, f"{path}[{k}]", root)
+        if "items" in schema:
+            for k in range(len(prefix), len(instance)):
+                yield from iter_errors(instance[k], schema["items"], f"{path}[{k}]", root)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def validate_report(report: Any, *, max_errors: int = 10) -> None:
+    """Raise :class:`SchemaError` if ``report`` does not match :data:`REPORT_SCHEMA`."""
+    errors = []
+    for err in iter_errors(report):
+        errors.append(err)
+        if len(errors) >= max_errors:
+            break
+    if errors:
+        raise SchemaError("report does not match the specexact.audit/1 schema:\n  " + "\n  ".join(errors))
+
+
+def schema_json() -> str:
+    """The schema as the text of ``reports/audit.schema.json``."""
+    return json.dumps(REPORT_SCHEMA, indent=2) + "\n"
+

@@ -1,0 +1,45 @@
+"""Samplers that misbehave at the process level, for the isolation and resume tests.
+
+Not a test module (no ``test_`` prefix): the tests put this folder on ``sys.path`` and name
+the samplers ``faulty_samplers:NAME``; isolated cases import it again in their own process.
+Every sampler is the built-in ``verify`` except where it hangs or kills its process, chosen
+by the vocabulary size (8: case v8-plain, 12: case v12-eos-cut).
+"""
+
+import os
+import signal
+import time
+
+from specexact.decoders import verify
+
+
+def _hang():
+    while True:  # an infinite loop that never returns to the caller
+        time.sleep(0.05)
+
+
+def hang_on_v8_segfault_on_v12(ids, draft_probs, target_probs, generator=None):
+    vocab = draft_probs.shape[-1]
+    if vocab == 8:
+        _hang()
+    if vocab == 12:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return verify(ids, draft_probs, target_probs, generator)
+
+
+def abort_on_v8(ids, draft_probs, target_probs, generator=None):
+    if draft_probs.shape[-1] == 8:
+        os.abort()
+    return verify(ids, draft_probs, target_probs, generator)
+
+
+def stall_on_v12_if_asked(ids, draft_probs, target_probs, generator=None):
+    """Stalls (as if slow) in case v12-eos-cut while SPECEXACT_TEST_STALL is set, so a test
+    can kill the audit there; otherwise exactly the built-in verifier."""
+    if draft_probs.shape[-1] == 12 and os.environ.get("SPECEXACT_TEST_STALL"):
+        _hang()
+    return verify(ids, draft_probs, target_probs, generator)
+
+
+def script_in_message(ids, draft_probs, target_probs, generator=None):
+    raise RuntimeError("<script>alert('pwned')</script> & <b>bold</b>")

@@ -1,0 +1,109 @@
+"""--budget: sample sizes planned from the power functions fit the time, and the audit stops on time."""
+
+import math
+
+import pytest
+
+from specexact.audit import quick_cases, run_audit
+from specexact.audit.plan import (
+    MIN_BATCHES,
+    approx_detectable_tv,
+    minimum_time,
+    plan_batches,
+    rows_per_class,
+    tv_constant,
+)
+from specexact.decoders import verify
+from specexact.reports import validate_report
+
+ALPHA = 1e-8
+
+
+def test_planned_tvs_shrink_with_the_budget_and_the_plan_fits():
+    cases = quick_cases()
+    costs = [0.05, 0.08, 0.06, 0.03]
+    last = [math.inf] * len(cases)
+    for budget in (2.0, 5.0, 20.0, 80.0):
+        batches, worst, feasible = plan_batches(cases, costs, budget, ALPHA)
+        assert feasible and worst is not None
+        assert sum(b * c for b, c in zip(batches, costs)) <= budget
+        assert all(b >= MIN_BATCHES and b % 2 == 0 for b in batches)
+        tvs = [approx_detectable_tv(c, b * rows_per_class(c), ALPHA) for c, b in zip(cases, batches)]
+        assert all(t < old for t, old in zip(tvs, last)) and max(tvs) == pytest.approx(worst)
+        last = tvs
+
+
+def test_the_plan_minimises_the_sum_of_squared_tvs():
+    cases = quick_cases()[:3]
+    costs = [0.01, 0.1, 1.0]  # cheap, medium, expensive
+    budget = 60.0
+    batches, _, _ = plan_batches(cases, costs, budget, ALPHA)
+    objective = lambda b: sum(tv_constant(c, ALPHA) / (bi * rows_per_class(c)) for c, bi in zip(cases, b))
+    # time grows with sqrt(cost): the expensive case gets the most time, the cheap one the most calls
+    times = [b * c for b, c in zip(batches, costs)]
+    assert times[2] > times[1] > times[0] and batches[0] > batches[1] > batches[2]
+    # no move of calls between two cases at the same time cost improves the objective
+    for i in range(3):
+        for j in range(3):
+            if i == j:
+                continue
+            step_i = 2
+            step_j = 2 * max(1, round(costs[i] / costs[j]))
+            if batches[i] - step_i < MIN_BATCHES:
+                continue
+            moved = list(batches)
+            moved[i] -= step_i
+            moved[j] += step_j
+            if sum(b * c for b, c in zip(moved, costs)) <= budget:
+                assert objective(moved) >= objective(batches) * (1 - 1e-9)
+
+
+def test_too_small_a_budget_runs_the_minimum_and_says_so():
+    cases = quick_cases()
+    costs = [1.0] * len(cases)
+    batches, tv, feasible = plan_batches(cases, costs, minimum_time(cases, costs) / 2, ALPHA)
+    assert not feasible and batches == [MIN_BATCHES] * len(cases)
+
+
+def test_detectable_tv_falls_with_more_sequences():
+    case = quick_cases()[0]
+    tvs = [approx_detectable_tv(case, n, ALPHA) for n in (10, 100, 1_000, 10_000, 100_000)]
+    assert tvs[0] == math.inf and all(a > b for a, b in zip(tvs[1:], tvs[2:]))
+
+
+@pytest.fixture
+def one_thread():
+    # Timing test: on a busy machine torch's default threads wait for each other and a
+    # decoder call's time varies 100-fold; one thread keeps it steady (as under xdist).
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_budget_audit_plans_shows_progress_and_stops_on_time(one_thread):
+    cases = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
+    events = []
+    budget = 4.0
+    report = run_audit(verify, cases=cases, budget_s=budget, false_fail_rate=1e-6, on_status=events.append)
+    validate_report(report)
+    kinds = [e["event"] for e in events]
+    assert kinds[:2] == ["pilot", "plan"] and kinds.count("case_start") == 2 and kinds[-1] == "case_end"
+    plan = report["plan"]
+    assert plan["mode"] == "budget" and plan["budget_s"] == budget and plan["pilot_s"] > 0
+    assert [c["name"] for c in plan["cases"]] == ["v8-plain", "v12-eos-cut"]
+    for case in report["cases"]:
+        assert case["num_batches"] >= MIN_BATCHES and case["num_batches"] % 2 == 0
+        assert case["execution"]["planned_batches"] >= MIN_BATCHES
+    # the progress shows the detectable TV falling as sequences come in
+    tvs = [e["detectable_tv"] for e in events if e["event"] == "batch" and e["case"] == "v8-plain"]
+    assert len(tvs) >= 2 and tvs[-1] < tvs[0]
+    # on time: the budget plus at most a few seconds of a busy machine's noise
+    assert report["wall_time_s"] < budget + 5.0, report["wall_time_s"]
+
+
+def test_budget_must_be_positive():
+    with pytest.raises(ValueError):
+        run_audit(verify, cases=quick_cases()[:1], budget_s=0)
