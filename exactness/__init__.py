@@ -26,6 +26,7 @@ sequential
 """
 
 from .budget import FalseFailBudget, benjamini_hochberg, holm
+from .calibration import calibration_ratio_check, min_replicates_for_ratio, ratio_outside_probability
 from .exact_tests import (
     accepted_length_check,
     binomial_check,
@@ -54,6 +55,7 @@ __all__ = [
     "benjamini_hochberg",
     "binned_law",
     "binomial_check",
+    "calibration_ratio_check",
     "chisquare_gof",
     "chisquare_homogeneity",
     "chisquare_power",
@@ -66,9 +68,11 @@ __all__ = [
     "min_detectable_tv_chisquare",
     "min_num_samples_binomial",
     "min_num_samples_chisquare",
+    "min_replicates_for_ratio",
     "pair_agreement_check",
     "pair_agreement_vs_control_check",
     "pvalue_uniformity",
     "randomized_pit_ks",
+    "ratio_outside_probability",
     "truncated_geometric_law",
 ]

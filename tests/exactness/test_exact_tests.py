@@ -4,13 +4,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from specexact.exactness.calibration import calibration_ratio_check, min_replicates_for_ratio
 from specexact.exactness.exact_tests import (
     accepted_length_check,
     binomial_check,
     mean_accepted_length,
     truncated_geometric_law,
 )
-from specexact.exactness.power import min_detectable_shift_binomial
+from specexact.exactness.power import min_detectable_shift_binomial, min_detectable_tv_chisquare
 
 
 def test_binomial_check_basic():
@@ -29,22 +30,40 @@ def test_binomial_check_exact_support():
     assert not binomial_check(999, 1000, 1.0, false_fail_rate=1e-6).passed
 
 
-@pytest.mark.statistical
-def test_binomial_calibration_is_conservative():
-    """Exact discrete test: false-fail frequency / nominal <= 1 in theory; assert <= 2."""
+BINOMIAL_LEVELS = (0.05, 0.01)
+
+
+@pytest.mark.statistical(checks=len(BINOMIAL_LEVELS))
+def test_binomial_calibration_is_conservative(alpha):
+    """Exact discrete test: its size (the null probability of its rejection region) is at
+    most nominal, computed exactly; the measured false-fail frequency must match that size
+    (ratio in [0.5, 2], R from min_replicates_for_ratio at the per-check rate)."""
     rng = np.random.default_rng(20250401)
     trials, prob = 200, 0.3
-    successes = rng.binomial(trials, prob, size=20_000)
-    values, counts = np.unique(successes, return_counts=True)
-    for alpha in (0.01, 0.05):
-        # binomial_check is a deterministic function of `successes`: evaluate each value once.
-        failed = np.array(
-            [not binomial_check(int(k), trials, prob, false_fail_rate=alpha).passed for k in values]
-        )
-        ratio = counts[failed].sum() / successes.size / alpha
-        assert ratio <= 2, (alpha, ratio)
-        exact_size = stats.binom.pmf(values[failed], trials, prob).sum()
-        assert exact_size <= alpha
+    values = np.arange(trials + 1)
+    pvalues = np.array([stats.binomtest(int(k), trials, prob).pvalue for k in values])
+    sizes = {}
+    for level in BINOMIAL_LEVELS:
+        region = pvalues <= level
+        sizes[level] = float(stats.binom.pmf(values[region], trials, prob).sum())
+        assert sizes[level] <= level  # exact test: conservative by construction
+    replicates = max(min_replicates_for_ratio(size, false_fail_rate=alpha) for size in sizes.values())
+    successes = rng.binomial(trials, prob, size=replicates)
+    observed = np.unique(successes)
+    for level, size in sizes.items():
+        # binomial_check is a deterministic function of `successes`: check each value once.
+        failed = np.zeros(trials + 1, dtype=bool)
+        failed[observed] = [
+            not binomial_check(int(k), trials, prob, false_fail_rate=level).passed for k in observed
+        ]
+        np.testing.assert_array_equal(failed[observed], pvalues[observed] <= level)
+        rejections = int(failed[successes].sum())
+        check = calibration_ratio_check(rejections, replicates, size, false_fail_rate=alpha,
+                                        name=f"binomial_check[{level}]")
+        print(f"CALIBRATION binomial_check level={level:g} exact size={size:.5f} "
+              f"(size/level {size / level:.4f}) R={replicates} rejections={rejections} "
+              f"ratio to size={check.statistic:.4f} to level={rejections / replicates / level:.4f}")
+        assert check.passed, check
 
 
 def test_truncated_geometric_law():
@@ -66,12 +85,22 @@ def simulate_accepted_lengths(rng, acceptance_rate, gamma, rounds):
     return np.bincount(lengths, minlength=gamma + 1)
 
 
-def test_accepted_length_check():
+# The correct law passing an asymptotic chi-square over 5 bins of >= 10 000 expected counts:
+# estimated actual false-fail rate 1.02 alpha (Poisson convolution), declared as 2 checks.
+# The planted acceptance rate 0.78 (instead of 0.8) is a TV of 0.039 on the length law,
+# above what 1e5 rounds detect with miss probability alpha.
+@pytest.mark.statistical(checks=2)
+def test_accepted_length_check(alpha):
     rng = np.random.default_rng(41)
     law = truncated_geometric_law(0.8, 4)
-    good = accepted_length_check(simulate_accepted_lengths(rng, 0.8, 4, 100_000), law, false_fail_rate=1e-6)
+    rounds = 100_000
+    good = accepted_length_check(simulate_accepted_lengths(rng, 0.8, 4, rounds), law, false_fail_rate=alpha)
     assert good.passed and good.worst[0][0].startswith("accepted=")
-    bad = accepted_length_check(simulate_accepted_lengths(rng, 0.78, 4, 100_000), law, false_fail_rate=1e-6)
+    assert good.details["num_bins"] == 5
+    planted = 0.5 * np.abs(truncated_geometric_law(0.78, 4) - law).sum()
+    assert min_detectable_tv_chisquare(rounds, num_bins=5, false_fail_rate=alpha,
+                                       false_pass_rate=alpha) < planted / 1.25
+    bad = accepted_length_check(simulate_accepted_lengths(rng, 0.78, 4, rounds), law, false_fail_rate=alpha)
     assert not bad.passed
     # Acceptance rate 1: any round shorter than gamma is impossible.
     certain = truncated_geometric_law(1.0, 4)

@@ -5,8 +5,12 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from specexact.exactness._validate import check_probs
+from specexact.exactness.calibration import calibration_ratio_check, min_replicates_for_ratio
 from specexact.exactness.goodness_of_fit import binned_law, chisquare_gof
+from specexact.exactness.power import min_detectable_tv_chisquare
 
 
 def zipf_law(num_outcomes, exponent=1.1):
@@ -67,12 +71,22 @@ def test_exact_support_violation_fails_at_once():
     json.dumps(result.to_dict())
 
 
-def test_passes_on_exact_multinomial_draws():
+# Asymptotic chi-square checks are only approximately calibrated at the suite's tiny per-check
+# rate (5e-10): small bins have Poisson tails heavier than the chi-square limit. An estimate
+# of the actual false-fail rate at alpha by exact convolution of the Poisson per-bin laws
+# (which over-estimated the exact multinomial tail in every configuration we computed both
+# for) gives, for the draws below: n=2000 (27 bins) 3.6 alpha, n=1e5 (452 bins) 1.2 alpha,
+# n=3e6 (1000 bins) 0.9 alpha. The test therefore declares 4 + 2 + 1 checks.
+CHI2_PASS_CHECKS = {2_000: 4, 100_000: 2, 3_000_000: 1}
+
+
+@pytest.mark.statistical(checks=sum(CHI2_PASS_CHECKS.values()))
+def test_passes_on_exact_multinomial_draws(alpha):
     rng = np.random.default_rng(12345)
     probs = np.append(zipf_law(1000), np.zeros(24))
-    for n in (2_000, 100_000, 3_000_000):
+    for n in CHI2_PASS_CHECKS:
         counts = rng.multinomial(n, probs)
-        result = chisquare_gof(counts, probs, false_fail_rate=1e-6)
+        result = chisquare_gof(counts, probs, false_fail_rate=alpha)
         assert result.passed, result
         assert result.method == "asymptotic" and result.n == n
         assert result.dof == result.details["num_bins"] - 1
@@ -80,41 +94,54 @@ def test_passes_on_exact_multinomial_draws():
         assert result.details["smallest_bin_expected"] >= 50.0 * (1 - 1e-9)
 
 
-def test_fails_on_planted_tv_shift():
+# A planted bug risks only a false pass (the ledger does not count it); its power must be
+# overwhelming: the planted TV is above what is detected with miss probability alpha.
+@pytest.mark.statistical(checks=0)
+def test_fails_on_planted_tv_shift(alpha):
     rng = np.random.default_rng(2024)
     probs = zipf_law(300)
     shifted = probs.copy()
     shifted[0] -= 0.05
     shifted[150:] += 0.05 / 150
     assert 0.5 * np.abs(shifted - probs).sum() == pytest.approx(0.05)
-    counts = rng.multinomial(100_000, shifted)
-    result = chisquare_gof(counts, probs, false_fail_rate=1e-6)
+    n = 100_000
+    bins = binned_law(probs, n=n, min_expected=50.0)
+    # Outcome 0 is a bin of its own and only loses mass, every other bin only gains: the
+    # binned laws are 0.05 apart too.
+    binned_shift = np.bincount(bins, weights=shifted - probs)
+    assert 0.5 * np.abs(binned_shift).sum() == pytest.approx(0.05)
+    overwhelming = min_detectable_tv_chisquare(
+        n, num_bins=int(bins.max()) + 1, false_fail_rate=alpha, false_pass_rate=alpha
+    )
+    assert overwhelming < 0.05 / 1.25  # margin for the noncentral chi-square approximation
+    counts = rng.multinomial(n, shifted)
+    result = chisquare_gof(counts, probs, false_fail_rate=alpha)
     assert not result.passed and result.pvalue < 1e-12
     assert result.detectable_tv < 0.05
     assert result.worst[0][0] == "0"  # the most probable outcome lost the mass
 
 
 def test_worst_labels_name_bins():
+    """Deterministic counts: the excess sits in merged tail bins, which must be named by
+    their most probable outcome plus how many others."""
     probs = zipf_law(200)
-    counts = np.random.default_rng(3).multinomial(20_000, probs)
+    n = 20_000
     labels = [f"tok{i}" for i in range(200)]
+    bins = binned_law(probs, n=n, min_expected=50.0)
+    sizes = np.bincount(bins)
+    merged_outcomes = np.flatnonzero(sizes[bins] > 1)
+    counts = np.floor(n * probs).astype(np.int64)
+    counts[merged_outcomes[-40:]] += 30  # the last merged bins get far too many samples
+    counts[0] += n - counts.sum()
     result = chisquare_gof(counts, probs, false_fail_rate=1e-6, labels=labels)
     assert len(result.worst) == 5
     contributions = [(o - e) ** 2 / e for _, o, e in result.worst]
     assert contributions == sorted(contributions, reverse=True)
     assert all(label.startswith("tok") for label, _, _ in result.worst)
-    assert any("more)" in label for label in binned_labels(result))
-
-
-def binned_labels(result):
-    return [label for label, _, _ in result.worst] + [
-        label
-        for label, _, _ in chisquare_gof(
-            np.random.default_rng(4).multinomial(5_000, zipf_law(200)),
-            zipf_law(200),
-            false_fail_rate=1e-6,
-        ).worst
-    ]
+    assert any("more)" in label for label, _, _ in result.worst)
+    first, others = result.worst[0][0].split(" (+")
+    member = labels.index(first)
+    assert sizes[bins[member]] == int(others.split()[0]) + 1
 
 
 def test_single_bin_has_no_power():
@@ -132,44 +159,153 @@ def test_renormalises_tiny_drift_and_rejects_bigger():
         chisquare_gof(np.array([500, 500]), np.array([0.5, 0.51]), false_fail_rate=0.01)
 
 
-def test_monte_carlo_null():
+# The Monte Carlo p-value is (1 + B) / (R + 1), where B ~ Binomial(R, p_exact) counts the
+# null statistics at least as large as the observed one (given the data). By Hoeffding,
+# |B / R - p_exact| > t has probability <= 2 exp(-2 R t**2) = alpha at the t used below;
+# the "+1" moves it by at most 1 / (R + 1). The asymptotic p-value differs from p_exact by
+# the chi-square approximation error, small at 50 expected counts per bin and moderate p:
+# allowance 0.02. One statistical check.
+MONTE_CARLO_REPLICATES = 19_999
+ASYMPTOTIC_ALLOWANCE = 0.02
+
+
+@pytest.mark.statistical(checks=1)
+def test_monte_carlo_null(alpha):
     rng = np.random.default_rng(99)
     probs = zipf_law(100)
     counts = rng.multinomial(10_000, probs)
-    one = chisquare_gof(counts, probs, false_fail_rate=0.01, monte_carlo_replicates=999, seed=5)
-    two = chisquare_gof(counts, probs, false_fail_rate=0.01, monte_carlo_replicates=999, seed=5)
+    kwargs = dict(false_fail_rate=0.01, monte_carlo_replicates=MONTE_CARLO_REPLICATES, seed=5)
+    one = chisquare_gof(counts, probs, **kwargs)
+    two = chisquare_gof(counts, probs, **kwargs)
     asymptotic = chisquare_gof(counts, probs, false_fail_rate=0.01)
     assert one == two and one.method == "monte_carlo"
     assert one.statistic == pytest.approx(asymptotic.statistic)
-    assert 1 / 1000 <= one.pvalue <= 1
-    assert abs(one.pvalue - asymptotic.pvalue) < 0.05
+    assert 1 / (MONTE_CARLO_REPLICATES + 1) <= one.pvalue <= 1
+    hoeffding = math.sqrt(math.log(2 / alpha) / (2 * MONTE_CARLO_REPLICATES))
+    tolerance = hoeffding + 1 / (MONTE_CARLO_REPLICATES + 1) + ASYMPTOTIC_ALLOWANCE
+    assert tolerance < 0.05
+    assert abs(one.pvalue - asymptotic.pvalue) < tolerance
     with pytest.raises(ValueError, match="monte_carlo_replicates must be >= 1/false_fail_rate - 1"):
         chisquare_gof(counts, probs, false_fail_rate=1e-6, monte_carlo_replicates=999)
 
 
-@pytest.mark.statistical
-def test_calibration_asymptotic():
+# --------------------------------------------------------------------------- calibration
+#
+# Each nominal level is one check: the measured ratio rejections / (R * level) must lie in
+# [0.5, 2], with R from min_replicates_for_ratio at the per-check rate `alpha`, so the
+# assertion itself false-fails with probability <= alpha. The Pearson statistic is computed
+# on an [R, num_bins] matrix with numpy; the first replicates are re-run through
+# chisquare_gof to show the vectorised statistic and verdicts are the function's.
+# Asymptotic p-values are only approximately calibrated: the design covers true rates
+# within a factor RATE_TOLERANCE of nominal.
+RATE_TOLERANCE = 1.25
+ASYMPTOTIC_LEVELS = (0.1, 0.05, 0.01)
+VERIFIED_REPLICATES = 20
+
+
+def replicates_for(levels, alpha, **kwargs):
+    return max(min_replicates_for_ratio(level, false_fail_rate=alpha, **kwargs) for level in levels)
+
+
+def binned_setup(probs, n, min_expected=50.0):
+    probs, _ = check_probs(probs)  # as chisquare_gof sees them (renormalised in float64)
+    bins = binned_law(probs, n=n, min_expected=min_expected)
+    num_bins = int(bins.max()) + 1
+    binned_probs = np.bincount(bins, weights=probs, minlength=num_bins)
+    binned_probs /= binned_probs.sum()
+    return bins, num_bins, binned_probs
+
+
+def bin_counts(counts, bins, num_bins):
+    onehot = np.zeros((bins.size, num_bins), dtype=np.int64)
+    onehot[np.arange(bins.size), bins] = 1
+    return counts @ onehot
+
+
+def pearson(binned_counts, expected):
+    return (((binned_counts - expected) ** 2) / expected).sum(axis=-1)
+
+
+def assert_calibrated(pvalues, levels, alpha, *, label, rate_tolerance=1.0, low=0.5, high=2.0,
+                      nominal_rates=None):
+    """One calibration_ratio_check per level (each within the per-check rate alpha)."""
+    for i, level in enumerate(levels):
+        nominal = level if nominal_rates is None else nominal_rates[i]
+        rejections = int(np.count_nonzero(pvalues <= level))
+        result = calibration_ratio_check(
+            rejections, int(pvalues.size), nominal, low=low, high=high, false_fail_rate=alpha,
+            rate_tolerance=rate_tolerance, name=f"{label}[{level:g}]",
+        )
+        print(f"CALIBRATION {label} level={level:g} nominal={nominal:.6g} R={pvalues.size} "
+              f"rejections={rejections} ratio={result.statistic:.4f}")
+        assert result.passed, result
+
+
+@pytest.mark.statistical(checks=len(ASYMPTOTIC_LEVELS))
+def test_calibration_asymptotic(alpha):
     """Measured false-fail frequency / nominal on exact Zipf draws lies in [0.5, 2]."""
     rng = np.random.default_rng(20250101)
-    probs = zipf_law(300)
-    draws = rng.multinomial(5_000, probs, size=4000)
-    pvalues = np.array([chisquare_gof(c, probs, false_fail_rate=0.01).pvalue for c in draws])
-    for alpha in (0.01, 0.05):
-        ratio = np.mean(pvalues <= alpha) / alpha
-        assert 0.5 <= ratio <= 2, (alpha, ratio)
+    probs, n = zipf_law(300), 5_000
+    replicates = replicates_for(ASYMPTOTIC_LEVELS, alpha, rate_tolerance=RATE_TOLERANCE)
+    draws = rng.multinomial(n, probs, size=replicates)
+    bins, num_bins, binned_probs = binned_setup(probs, n)
+    statistic = pearson(bin_counts(draws, bins, num_bins), n * binned_probs)
+    pvalues = stats.chi2.sf(statistic, num_bins - 1)
+    for counts, stat, pvalue in zip(draws[:VERIFIED_REPLICATES], statistic, pvalues):
+        result = chisquare_gof(counts, probs, false_fail_rate=0.01)
+        assert result.details["num_bins"] == num_bins
+        assert result.statistic == pytest.approx(stat, rel=1e-12)
+        assert result.pvalue == pytest.approx(pvalue, rel=1e-9, abs=1e-300)
+    assert_calibrated(pvalues, ASYMPTOTIC_LEVELS, alpha, label="chisquare_gof asymptotic",
+                      rate_tolerance=RATE_TOLERANCE)
 
 
-@pytest.mark.statistical
-def test_calibration_monte_carlo():
+@pytest.mark.statistical(checks=1)
+def test_calibration_asymptotic_strict(alpha):
+    """The same at nominal 1e-3, drawing the binned counts directly (the binned counts of a
+    multinomial are multinomial with the binned law; the statistic is verified above)."""
+    rng = np.random.default_rng(20250103)
+    probs, n, level = zipf_law(300), 5_000, 1e-3
+    replicates = replicates_for((level,), alpha, rate_tolerance=RATE_TOLERANCE)
+    bins, num_bins, binned_probs = binned_setup(probs, n)
+    critical = stats.chi2.isf(level, num_bins - 1)
+    rejections = 0
+    for start in range(0, replicates, 50_000):
+        size = min(50_000, replicates - start)
+        binned = rng.multinomial(n, binned_probs, size=size)
+        rejections += int(np.count_nonzero(pearson(binned, n * binned_probs) >= critical))
+    pvalues = np.ones(replicates)
+    pvalues[:rejections] = 0.0
+    assert_calibrated(pvalues, (level,), alpha, label="chisquare_gof asymptotic",
+                      rate_tolerance=RATE_TOLERANCE)
+
+
+MONTE_CARLO_LEVELS = (0.1, 0.05)
+
+
+@pytest.mark.statistical(checks=len(MONTE_CARLO_LEVELS))
+def test_calibration_monte_carlo(alpha):
+    """Monte Carlo p-values from 99 null replicates: (1 + #{T_r >= T}) / 100 <= level has
+    probability exactly level for a continuous statistic; ties (the statistic is discrete)
+    only lower it, which RATE_TOLERANCE covers."""
     rng = np.random.default_rng(20250102)
-    probs = zipf_law(60)
-    draws = rng.multinomial(2_000, probs, size=1000)
-    rejected = [
-        not chisquare_gof(c, probs, false_fail_rate=0.05, monte_carlo_replicates=99, seed=i).passed
-        for i, c in enumerate(draws)
-    ]
-    ratio = np.mean(rejected) / 0.05
-    assert 0.5 <= ratio <= 2, ratio
+    probs, n, inner = zipf_law(60), 2_000, 99
+    replicates = replicates_for(MONTE_CARLO_LEVELS, alpha, rate_tolerance=RATE_TOLERANCE)
+    draws = rng.multinomial(n, probs, size=replicates)
+    bins, num_bins, binned_probs = binned_setup(probs, n)
+    expected = n * binned_probs
+    observed = pearson(bin_counts(draws, bins, num_bins), expected)
+    pvalues = np.empty(replicates)
+    for i in range(replicates):
+        # The null replicates chisquare_gof draws with seed=i (one batch of 99).
+        null = np.random.default_rng(i).multinomial(n, binned_probs, size=inner)
+        gamma = abs(np.finfo(np.float64).eps * 100 * observed[i])
+        pvalues[i] = (1 + np.count_nonzero(pearson(null, expected) >= observed[i] - gamma)) / (inner + 1)
+    for i in range(VERIFIED_REPLICATES):
+        result = chisquare_gof(draws[i], probs, false_fail_rate=0.05, monte_carlo_replicates=inner, seed=i)
+        assert result.pvalue == pytest.approx(pvalues[i], rel=1e-12)
+    assert_calibrated(pvalues, MONTE_CARLO_LEVELS, alpha, label="chisquare_gof monte carlo",
+                      rate_tolerance=RATE_TOLERANCE)
 
 
 @pytest.mark.parametrize(

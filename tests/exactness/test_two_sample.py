@@ -4,7 +4,10 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from specexact.exactness.calibration import calibration_ratio_check, min_replicates_for_ratio
+from specexact.exactness.goodness_of_fit import _binned_law
 from specexact.exactness.power import min_detectable_tv_chisquare
 from specexact.exactness.two_sample import chisquare_homogeneity
 
@@ -14,30 +17,42 @@ def zipf_law(num_outcomes, exponent=1.1):
     return weights / weights.sum()
 
 
-def test_passes_on_same_law_and_reports_two_sample_power():
+# Asymptotic chi-square at the per-check rate: ~450 bins of >= 50 expected counts, estimated
+# actual false-fail rate about 1.2 alpha (see test_goodness_of_fit.CHI2_PASS_CHECKS): 2 checks.
+@pytest.mark.statistical(checks=2)
+def test_passes_on_same_law_and_reports_two_sample_power(alpha):
     rng = np.random.default_rng(31)
     probs = np.append(zipf_law(500), np.zeros(10))
     a = rng.multinomial(200_000, probs)
     b = rng.multinomial(150_000, probs)
-    result = chisquare_homogeneity(a, b, false_fail_rate=1e-6)
+    result = chisquare_homogeneity(a, b, false_fail_rate=alpha)
     assert result.passed and result.method == "asymptotic"
     assert result.n == 350_000
     assert result.details["dropped_zero_columns"] >= 10
     num_bins = result.details["num_bins"]
     assert result.dof == num_bins - 1
     assert result.detectable_tv == min_detectable_tv_chisquare(
-        150_000, num_bins=num_bins, false_fail_rate=1e-6, two_sample=True
+        150_000, num_bins=num_bins, false_fail_rate=alpha, two_sample=True
     )
 
 
-def test_fails_on_planted_shift():
+# A planted bug: only a false pass is at risk; the power must be overwhelming.
+@pytest.mark.statistical(checks=0)
+def test_fails_on_planted_shift(alpha):
     rng = np.random.default_rng(32)
     probs = zipf_law(300)
     shifted = probs.copy()
     shifted[0] -= 0.05
     shifted[150:] += 0.05 / 150
+    n = 200_000
+    # Whatever the pooled binning, outcome 0 (expected 20 000 counts) is a bin of its own
+    # and the only one that loses mass: the binned laws are 0.05 apart. At most 300 bins.
+    overwhelming = min_detectable_tv_chisquare(
+        n, num_bins=300, false_fail_rate=alpha, false_pass_rate=alpha, two_sample=True
+    )
+    assert overwhelming < 0.05 / 1.25  # margin for the noncentral chi-square approximation
     result = chisquare_homogeneity(
-        rng.multinomial(100_000, probs), rng.multinomial(100_000, shifted), false_fail_rate=1e-6
+        rng.multinomial(n, probs), rng.multinomial(n, shifted), false_fail_rate=alpha
     )
     assert not result.passed and result.detectable_tv < 0.05
     assert result.worst[0][0] == "0"
@@ -49,19 +64,53 @@ def test_single_bin_has_no_power():
     assert "no power" in result.description
 
 
-@pytest.mark.statistical
-def test_calibration():
+# Calibration: one check per level, R from min_replicates_for_ratio at the per-check rate.
+# The pooled binning differs per replicate, so each replicate is binned with the function's
+# own binning (_binned_law) and the 2 x num_bins Pearson statistic is computed with numpy;
+# the first replicates are re-run through chisquare_homogeneity. Asymptotic p-values: the
+# design covers true rates within RATE_TOLERANCE of nominal.
+LEVELS = (0.1, 0.05)
+RATE_TOLERANCE = 1.25
+VERIFIED_REPLICATES = 20
+
+
+def homogeneity_pvalue(a, b, min_expected=50.0):
+    keep = (a + b) > 0
+    a, b = a[keep], b[keep]
+    n_a, n_b = int(a.sum()), int(b.sum())
+    bins = _binned_law((a + b) / float(n_a + n_b), min(n_a, n_b), min_expected)
+    num_bins = int(bins.max()) + 1
+    table = np.vstack([np.bincount(bins, weights=a, minlength=num_bins),
+                       np.bincount(bins, weights=b, minlength=num_bins)])
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / table.sum()
+    statistic = float((((table - expected) ** 2) / expected).sum())
+    return statistic, float(stats.chi2.sf(statistic, num_bins - 1))
+
+
+@pytest.mark.statistical(checks=len(LEVELS))
+def test_calibration(alpha):
     """Measured false-fail frequency / nominal on exact Zipf draws lies in [0.5, 2]."""
     rng = np.random.default_rng(20250201)
     probs = zipf_law(300)
-    draws_a = rng.multinomial(3_000, probs, size=4000)
-    draws_b = rng.multinomial(5_000, probs, size=4000)
-    pvalues = np.array(
-        [chisquare_homogeneity(a, b, false_fail_rate=0.01).pvalue for a, b in zip(draws_a, draws_b)]
+    replicates = max(
+        min_replicates_for_ratio(level, false_fail_rate=alpha, rate_tolerance=RATE_TOLERANCE)
+        for level in LEVELS
     )
-    for alpha in (0.01, 0.05):
-        ratio = np.mean(pvalues <= alpha) / alpha
-        assert 0.5 <= ratio <= 2, (alpha, ratio)
+    draws_a = rng.multinomial(3_000, probs, size=replicates)
+    draws_b = rng.multinomial(5_000, probs, size=replicates)
+    results = np.array([homogeneity_pvalue(a, b) for a, b in zip(draws_a, draws_b)])
+    for a, b, (statistic, pvalue) in zip(draws_a[:VERIFIED_REPLICATES], draws_b, results):
+        result = chisquare_homogeneity(a, b, false_fail_rate=0.01)
+        assert result.statistic == pytest.approx(statistic, rel=1e-10)
+        assert result.pvalue == pytest.approx(pvalue, rel=1e-8, abs=1e-300)
+    pvalues = results[:, 1]
+    for level in LEVELS:
+        rejections = int(np.count_nonzero(pvalues <= level))
+        check = calibration_ratio_check(rejections, replicates, level, false_fail_rate=alpha,
+                                        rate_tolerance=RATE_TOLERANCE, name=f"homogeneity[{level}]")
+        print(f"CALIBRATION chisquare_homogeneity level={level:g} R={replicates} "
+              f"rejections={rejections} ratio={check.statistic:.4f}")
+        assert check.passed, check
 
 
 @pytest.mark.parametrize(
