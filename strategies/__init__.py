@@ -1,0 +1,99 @@
+"""Hypothesis strategies for speculative-decoding samplers.
+
+Every strategy is a function with keyword-only arguments, validated when it is called
+(:class:`InvalidArgument`, a ``ValueError``, names the argument and its value), that
+returns a :class:`hypothesis.strategies.SearchStrategy`. Large tensors are never drawn
+element by element: a case draws a family, a seed and a few shape numbers, and builds its
+tensors with seeded generators; its ``repr`` rebuilds it.
+
+Modules
+-------
+vocab
+    :func:`vocab_sizes`: 1, 2, odd, power-of-two and tile edges (8193), real tokenizers.
+laws
+    :func:`logit_tensors`, :func:`probability_tensors`: Zipf heads, flat, one-hot, near
+    and exact ties, ``-inf`` masks, huge magnitudes, subnormals, half-precision round
+    trips, sums off 1 by rounding.
+pairs
+    :func:`draft_target_pairs`: ``verify`` inputs (identical, rounding, disjoint, removed
+    or zero-probability drafts, one-hot, truncated, misreported).
+truncation
+    :func:`sampling_params`, :func:`histories`, :func:`pipeline_cases`: top-k / top-p /
+    min-p edges and penalties with repeating histories.
+uniforms
+    :func:`acceptance_probes`, :func:`boundary_uniforms`: uniforms on the acceptance
+    boundary ``u * q < p``.
+"""
+
+from ._validation import InvalidArgument
+from .laws import (
+    DTYPES,
+    LOGIT_FAMILIES,
+    PROB_FAMILIES,
+    LogitsCase,
+    ProbsCase,
+    logit_tensors,
+    probability_tensors,
+)
+from .pairs import (
+    DISHONEST_PAIR_FAMILIES,
+    HONEST_PAIR_FAMILIES,
+    PAIR_FAMILIES,
+    VerifyCase,
+    draft_target_pairs,
+    first_token_law,
+)
+from .truncation import (
+    HISTORY_KINDS,
+    PARAM_FAMILIES,
+    PIPELINE_FAMILIES,
+    PipelineCase,
+    histories,
+    params_repr,
+    pipeline_cases,
+    sampling_params,
+    sampling_params_family,
+)
+from .uniforms import (
+    PROBE_PAIR_KINDS,
+    UNIFORM_KINDS,
+    AcceptanceProbe,
+    acceptance_probes,
+    boundary_uniforms,
+)
+from .vocab import REAL_VOCAB_SIZES, VOCAB_FAMILIES, vocab_size_family, vocab_sizes
+
+__all__ = [
+    "DISHONEST_PAIR_FAMILIES",
+    "DTYPES",
+    "HISTORY_KINDS",
+    "HONEST_PAIR_FAMILIES",
+    "LOGIT_FAMILIES",
+    "PAIR_FAMILIES",
+    "PARAM_FAMILIES",
+    "PIPELINE_FAMILIES",
+    "PROBE_PAIR_KINDS",
+    "PROB_FAMILIES",
+    "REAL_VOCAB_SIZES",
+    "UNIFORM_KINDS",
+    "VOCAB_FAMILIES",
+    "AcceptanceProbe",
+    "InvalidArgument",
+    "LogitsCase",
+    "PipelineCase",
+    "ProbsCase",
+    "VerifyCase",
+    "acceptance_probes",
+    "boundary_uniforms",
+    "draft_target_pairs",
+    "first_token_law",
+    "histories",
+    "logit_tensors",
+    "params_repr",
+    "pipeline_cases",
+    "probability_tensors",
+    "sampling_params",
+    "sampling_params_family",
+    "vocab_size_family",
+    "vocab_sizes",
+]

@@ -1,0 +1,52 @@
+"""Helpers for the strategy tests: measuring how often each family is generated."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, Phase, event, given, settings
+
+#: Examples drawn by every frequency measurement. The run is derandomised with fixed
+#: settings (independent of the active profile), so the counts are the same on every run
+#: of a given Hypothesis version; the bounds asserted sit below the measured counts.
+MEASURE_EXAMPLES = 300
+
+
+@pytest.fixture
+def measure():
+    """``measure(strategy, tag) -> Counter`` of ``tag(example)`` over a fixed derandomised
+    run of ``MEASURE_EXAMPLES`` examples (each tag is also reported with ``event``)."""
+
+    def run(strategy, tag, n: int = MEASURE_EXAMPLES) -> Counter:
+        counts: Counter = Counter()
+
+        @settings(max_examples=n, derandomize=True, database=None, deadline=None,
+                  phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def collect(example):
+            label = tag(example)
+            counts[label] += 1
+            event(f"family={label}")
+
+        collect()
+        return counts
+
+    return run
+
+
+@pytest.fixture
+def assert_min_share():
+    """``assert_min_share(counts, families, share)``: every family is at least ``share``
+    of all the examples counted."""
+    return _assert_min_share
+
+
+def _assert_min_share(counts: Counter, families, min_share: float) -> None:
+    total = sum(counts.values())
+    low = {f: counts.get(f, 0) / total for f in families if counts.get(f, 0) / total < min_share}
+    assert not low, (
+        f"families below {min_share:.3f} of {total} examples: "
+        + ", ".join(f"{f}={share:.3f}" for f, share in low.items())
+        + f"; all counts: {dict(counts)}"
+    )
