@@ -120,6 +120,7 @@ def run_case(
     time_budget_s: float | None = None,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    min_expected: float = MIN_EXPECTED,
 ) -> CaseResult:
     """Sample ``case`` with ``verifier`` inside the built-in decoder and check its laws.
 
@@ -141,6 +142,9 @@ def run_case(
     device : torch.device or str
     progress : callable, optional
         ``progress(num_sequences, num_batches)`` after each call.
+    min_expected : float
+        Smallest expected count per bin of the chi-square checks (default
+        :data:`MIN_EXPECTED`; smaller values only for calibration studies at relaxed rates).
 
     Returns
     -------
@@ -195,7 +199,7 @@ def run_case(
         naive_all = torch.stack(naive_tokens) if naive_tokens else None
         for c in range(C):
             result.checks.extend(
-                _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate)
+                _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate, min_expected)
             )
     result.wall_time_s = time.perf_counter() - start
     return result
@@ -224,7 +228,8 @@ def _pair_checks(codes: np.ndarray, alpha: float, label: str) -> list[CheckResul
     ]
 
 
-def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha) -> list[CheckResult]:
+def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha,
+                  min_expected=MIN_EXPECTED) -> list[CheckResult]:
     alpha_chi2 = alpha / CHI2_TAIL_INFLATION
     C = len(case.row_classes)
     rc = case.row_classes[c]
@@ -251,21 +256,21 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
             probs = np.concatenate([probs, np.zeros(len(unexpected))])
             labels = labels + [" ".join(str(int(t)) for t in row if t >= 0) for row in unexpected]
         checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha_chi2, labels=labels,
-                                    min_expected=MIN_EXPECTED,
+                                    min_expected=min_expected,
                                     name=f"sequence_law[{label}]"))
         codes = encode_sequences(flat, law.vocab_size).reshape(nb, R)
     else:
         p0 = process_logits(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
                             batch_params(rc.target_params, 1)).numpy()[0]
         first = np.bincount(flat[:, 0].numpy(), minlength=case.model.vocab_size)
-        checks.append(chisquare_gof(first, p0, false_fail_rate=alpha_chi2, min_expected=MIN_EXPECTED,
+        checks.append(chisquare_gof(first, p0, false_fail_rate=alpha_chi2, min_expected=min_expected,
                                     name=f"first_token_law[{label}]"))
         spec_codes = encode_sequences(flat, case.model.vocab_size)
         naive_codes = encode_sequences(naive_all[:, c::C].reshape(-1, L), case.model.vocab_size)
         support, inv = np.unique(np.concatenate([spec_codes, naive_codes]), return_inverse=True)
         ca = np.bincount(inv[: len(spec_codes)], minlength=len(support))
         cb = np.bincount(inv[len(spec_codes):], minlength=len(support))
-        checks.append(chisquare_homogeneity(ca, cb, false_fail_rate=alpha_chi2, min_expected=MIN_EXPECTED,
+        checks.append(chisquare_homogeneity(ca, cb, false_fail_rate=alpha_chi2, min_expected=min_expected,
                                             name=f"sequences_vs_naive[{label}]"))
         codes = flat[:, 0].numpy().reshape(nb, R)
     if np.isnan(acc_law).any():
@@ -274,7 +279,7 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
                                      false_fail_rate=alpha, name=f"first_acceptance[{label}]"))
     else:
         obs = np.bincount(np.clip(acc, 0, gamma), minlength=gamma + 1)
-        res = chisquare_gof(obs, acc_law, false_fail_rate=alpha_chi2, min_expected=MIN_EXPECTED,
+        res = chisquare_gof(obs, acc_law, false_fail_rate=alpha_chi2, min_expected=min_expected,
                             labels=[f"N={k}" for k in range(gamma + 1)], name=f"accepted_length[{label}]")
         # Unbinned counts for plots and baselines; means for reading (the test is on the law).
         checks.append(replace(res, details={

@@ -258,6 +258,7 @@ def null_pvalues(
     false_fail_rate: float = 0.1,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    min_expected: float | None = None,
 ) -> list[NullRecord]:
     """Run every case on every seed with a (correct) verifier and record each check's p-value.
 
@@ -295,8 +296,9 @@ def null_pvalues(
     with cached_exact_laws():
         for done, seed in enumerate(seeds, 1):
             for case in cases:
+                extra = {} if min_expected is None else {"min_expected": min_expected}
                 result = _runner.run_case(case, verifier, false_fail_rate=false_fail_rate,
-                                          seed=seed, num_batches=num_batches, device=device)
+                                          seed=seed, num_batches=num_batches, device=device, **extra)
                 if result.defect is not None:
                     raise RuntimeError(f"case {case.name} seed {seed}: {result.defect}")
                 for chk in result.checks:

@@ -52,6 +52,43 @@ settings.register_profile(
 # --hypothesis-profile=dev or =nightly to change it.
 settings.load_profile(os.environ.get("SPECEXACT_HYPOTHESIS_PROFILE", "ci"))
 
+
+
+def _freeze_hypothesis_local_constants() -> None:
+    """Make generated examples independent of which modules a worker happens to import.
+
+    Hypothesis mixes constants found in the *local* modules present in ``sys.modules``
+    (our editable package, the test files) into generation, and re-scans whenever a new
+    module is imported. Which modules are loaded when a test runs depends on test order and
+    on how pytest-xdist distributes tests, so the same test could see different examples
+    under ``-n 1`` and ``-n auto``. We import every specexact module, then pin the constant
+    pool to that fixed set. (This uses Hypothesis internals; if they move, the pool is
+    simply not pinned and a warning says so.)
+    """
+    import importlib
+    import pkgutil
+    import warnings
+
+    import specexact
+
+    names = [info.name for info in pkgutil.walk_packages(specexact.__path__, "specexact.")]
+    for sub in ("audit", "decoders", "exactness", "strategies", "reports"):
+        pkg = importlib.import_module(f"specexact.{sub}")
+        names += [info.name for info in pkgutil.walk_packages(pkg.__path__, f"specexact.{sub}.")]
+    for name in sorted(set(names)):
+        if not name.endswith("__main__"):  # importing it would run the command
+            importlib.import_module(name)
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        pool = providers._get_local_constants()
+        providers._get_local_constants = lambda: pool
+    except Exception as exc:  # pragma: no cover - depends on Hypothesis internals
+        warnings.warn(f"could not pin Hypothesis' local-constant pool: {exc!r}", stacklevel=1)
+
+
+_freeze_hypothesis_local_constants()
+
 # Per profile: how many equal shares the suite's false-fail rate is split into.
 LEDGER_CAPACITY = {"ci": 2_000, "dev": 2_000, "nightly": 200_000}
 

@@ -37,12 +37,20 @@ def measure():
 
 @pytest.fixture
 def assert_min_share():
-    """``assert_min_share(counts, families, share)``: every family is at least ``share``
-    of all the examples counted."""
+    """``assert_min_share(counts, families)``: every one of the F families is at least
+    ``1 / (4 F)`` of the examples counted (a quarter of a uniform share).
+
+    One rule for every strategy: Hypothesis does not pick among alternatives uniformly
+    (it favours early alternatives and mixes in constants of the code under test), so the
+    floor asks for a real share, not equality. The counts themselves are printed.
+    """
     return _assert_min_share
 
 
-def _assert_min_share(counts: Counter, families, min_share: float) -> None:
+def _assert_min_share(counts: Counter, families) -> None:
+    families = tuple(families)
+    min_share = 1 / (4 * len(families))
+    print(f"family counts: {dict(counts)}; floor {min_share:.3f}")
     total = sum(counts.values())
     low = {f: counts.get(f, 0) / total for f in families if counts.get(f, 0) / total < min_share}
     assert not low, (

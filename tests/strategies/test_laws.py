@@ -162,14 +162,14 @@ def test_measured_logit_family_and_dtype_frequencies(measure, assert_min_share):
         families[family] += n
         dtypes[dtype] += n
     print("logit_tensors family counts:", dict(families), "dtype counts:", dict(dtypes))
-    assert_min_share(families, LOGIT_FAMILIES, 0.035)
-    assert_min_share(dtypes, DTYPES, 0.12)
+    assert_min_share(families, LOGIT_FAMILIES)
+    assert_min_share(dtypes, DTYPES)
 
 
 def test_measured_probability_family_frequencies(measure, assert_min_share):
     families = measure(probability_tensors(vocab_size=SMALL), lambda c: c.family)
     print("probability_tensors family counts:", dict(families))
-    assert_min_share(families, PROB_FAMILIES, 0.035)
+    assert_min_share(families, PROB_FAMILIES)
 
 
 # ---------------------------------------------------------------- pinned edge values
