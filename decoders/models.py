@@ -82,7 +82,15 @@ class ToyLM:
     State recurrence: ``s_t = tanh(s_{t-1} W + E[x_t])`` from a seeded ``s_{-1}``; the
     logits after prefix ``x_0 .. x_t`` are ``head + c * s_t U^T``. The law therefore depends
     on the whole prefix, not just the last token.
+
+    Calls reuse the states of the previous call (same batch size) up to the first column
+    where the ``input_ids`` differ, and stop at the last requested position; the logits
+    are bit for bit those of :meth:`states` recomputed from scratch (a decoder's calls
+    extend one prefix, so each call costs the new columns only). Set
+    ``cache_states = False`` on an instance to always recompute.
     """
+
+    cache_states: bool = True
 
     def __init__(self, config: ToyLMConfig, *, device: torch.device | str | None = None,
                  dtype: torch.dtype = torch.float32, _weights: dict | None = None) -> None:
@@ -96,6 +104,7 @@ class ToyLM:
         self.embed = weights["embed"].to(self.device, dtype)  # [V, d]
         self.recur = weights["recur"].to(self.device, dtype)  # [d, d]
         self.init_state = weights["init_state"].to(self.device, dtype)  # [d]
+        self._state_cache: tuple[torch.Tensor, torch.Tensor] | None = None  # (ids, states)
 
     @staticmethod
     def _init_weights(config: ToyLMConfig) -> dict:
@@ -192,7 +201,7 @@ class ToyLM:
             raise ValueError(f"input_ids must have shape [B, T] with T >= 1, got {tuple(input_ids.shape)}")
         if input_ids.numel() and int(input_ids.max()) >= self.vocab_size:
             raise ValueError(f"input_ids must be < vocab_size={self.vocab_size}, got {int(input_ids.max())}")
-        states = self.states(input_ids.to(self.device))  # [B, T, d]
+        input_ids = input_ids.to(self.device)
         if positions is not None:
             positions = positions.to(self.device)
             if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= input_ids.shape[1]):
@@ -200,5 +209,41 @@ class ToyLM:
                     f"positions must lie in [0, {input_ids.shape[1]}), got "
                     f"[{int(positions.min())}, {int(positions.max())}]"
                 )
+        if not self.cache_states:
+            states = self.states(input_ids)  # [B, T, d]
+        else:
+            needed = input_ids.shape[1] if positions is None or positions.numel() == 0 else int(positions.max()) + 1
+            states = self._states_cached(input_ids, needed)  # [B, needed, d]
+        if positions is not None:
             states = states.gather(1, positions[:, :, None].expand(-1, -1, states.shape[-1]))
-        return self.head + states @ self.proj.T  # [B, n, V]
+        logits = states @ self.proj.T  # [B, n, V]
+        return logits.add_(self.head)  # == head + states @ proj.T, without a second [B, n, V]
+
+    def _states_cached(self, input_ids: torch.Tensor, needed: int) -> torch.Tensor:
+        """:meth:`states` of ``input_ids[:, :needed]``, resuming the previous call's states.
+
+        The recurrence step is the same tensor operation on the same ``[B, d]`` batch, so
+        resumed states equal recomputed ones bit for bit (a row's result may depend on the
+        batch it is computed in, hence the reuse only for the same batch size and only
+        up to the first column where any row differs).
+        """
+        B = input_ids.shape[0]
+        ids = input_ids[:, :needed]
+        start, cache = 0, self._state_cache
+        if cache is not None and cache[0].shape[0] == B and cache[0].device == ids.device:
+            m = min(needed, cache[0].shape[1])
+            if m > 0:
+                differs = (cache[0][:, :m] != ids[:, :m]).any(0)  # [m]
+                start = int(differs.to(torch.int8).argmax()) if bool(differs.any()) else m
+        states = torch.empty(B, needed, self.config.hidden_size, device=self.device, dtype=self.dtype)
+        if start > 0:
+            states[:, :start] = cache[1][:, :start]
+            s = states[:, start - 1].contiguous()
+        else:
+            s = self.init_state.expand(B, -1)  # [B, d], as in states()
+        x = self.embed[ids[:, start:].clamp_min(0)]  # [B, needed - start, d]
+        for t in range(start, needed):
+            s = torch.tanh(s @ self.recur + x[:, t - start])
+            states[:, t] = s
+        self._state_cache = (ids.clone(), states)
+        return states

@@ -105,6 +105,7 @@ def naive_generate(
         positions = torch.full((B, 1), T0 + t - 1, dtype=torch.int64, device=device)
         logits = target(seq[:, : T0 + t], positions)[:, 0]  # [B, V]
         probs = process_logits(logits, bp, seq[:, T0 : T0 + t])  # [B, V]
+        del logits  # peak memory: not needed while sampling
         token = sample_from_probs(probs, generator)  # [B]
         seq[:, T0 + t] = torch.where(done, -1, token)
         if eos_token_id is not None:

@@ -83,17 +83,21 @@ def _apply_penalties(
 _OVERFLOW_GUARD = 1e37  # well below float32's max (3.4e38)
 
 
-def _widen_if_overflow(logits: torch.Tensor, params: BatchedParams) -> tuple[torch.Tensor, torch.dtype | None]:
+def _widen_if_overflow(logits: torch.Tensor, params: BatchedParams,
+                       largest: float | None = None) -> tuple[torch.Tensor, torch.dtype | None]:
     """Compute in float64 when a penalty or the temperature could push a finite float32
     logit past the float32 range (which would turn a row into NaN). Returns the logits to
-    use and the dtype to give the result back in (None: unchanged)."""
+    use and the dtype to give the result back in (None: unchanged). ``largest``: the
+    largest finite ``|logit|`` when the caller already has it (computed here otherwise)."""
     if logits.dtype == torch.float64:
         return logits, None
     rep = params.repetition_penalty
     temp = params.temperature
     factor = torch.maximum(rep, 1 / rep) / torch.where(temp > 0, temp, torch.ones_like(temp))
-    finite = torch.where(torch.isfinite(logits), logits, 0) if bool(torch.isneginf(logits).any()) else logits
-    magnitude = float(finite.abs().amax()) * float(factor.max()) + float(params.frequency_penalty.abs().max()
+    if largest is None:
+        finite = torch.where(torch.isfinite(logits), logits, 0) if bool(torch.isneginf(logits).any()) else logits
+        largest = float(finite.abs().amax())
+    magnitude = largest * float(factor.max()) + float(params.frequency_penalty.abs().max()
                                                                           + params.presence_penalty.abs().max()) * logits.shape[-1]
     if magnitude < _OVERFLOW_GUARD:
         return logits, None
@@ -301,7 +305,6 @@ def _nucleus_fast(kept_probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     key = kept_probs.to(torch.float32).view(torch.int32) >> _KEY_SHIFT
     key = key.neg_().add_(_KEY_ONE).clamp_(0, NB - 1)
     key += (torch.arange(R, device=device, dtype=torch.int32) * NB)[:, None]
-    count = torch.bincount(key.view(-1), minlength=R * NB).view(R, NB)
     mass = torch.bincount(key.view(-1), weights=kept_probs.view(-1), minlength=R * NB).view(R, NB)
     del key
     crossing = (mass.cumsum(-1) < top_p[:, None] + _MASS_MARGIN).sum(-1, keepdim=True)  # [R, 1]
@@ -374,7 +377,8 @@ def process_logits(
     The order of operations is the module's docstring; it follows vLLM v1.
     :func:`process_logits_reference` spells it out one ``[B, V]`` operation at a time; this
     function returns the same tensor, bit for bit, with fewer passes: the input check is
-    one row-max reduction; penalties touch only the ``(row, token)`` pairs of the history
+    one row-max reduction; the float32 overflow guard takes its largest ``|logit|`` from
+    one min/max reduction (when no logit is ``-inf``); penalties touch only the ``(row, token)`` pairs of the history
     (when ``V >= 8 H``);
     the division by the temperature is skipped when every row has temperature 1 (or 0);
     the kept-set mask is only built once something is cut (a ``-inf`` logit, min-p, top-k
@@ -389,7 +393,12 @@ def process_logits(
         )
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
-    logits, narrow_to = _widen_if_overflow(logits, params)
+    largest = None  # the overflow guard's largest finite |logit|, from one min/max pass
+    if logits.dtype == torch.float32 and logits.numel():
+        lo, hi = torch.aminmax(logits)  # hi is finite (checked above); lo is -inf if any logit is
+        if bool(torch.isfinite(lo)):
+            largest = max(abs(float(lo)), abs(float(hi)))
+    logits, narrow_to = _widen_if_overflow(logits, params, largest)
     B, V = logits.shape
     if history is not None and history.shape[0] != B:
         raise ValueError(f"history has {history.shape[0]} rows but logits has {B}")

@@ -171,18 +171,21 @@ def speculative_generate(
 
         # Draft γ tokens autoregressively from the draft's processed law q_i.
         draft_ids = torch.empty(A, gamma, dtype=torch.int64, device=device)
-        draft_probs = []
+        draft_probs_t = None  # [A, γ, V], filled row block by row block (no list + stack copy)
         d_act = d_bp.select(act)
         for i in range(gamma):
             logits = draft(work[:, : width - gamma + i], (a_len - 1 + i)[:, None])[:, 0]  # [A, V]
             hist = _prefix_histories(work, T0, a_len + i, 1)[:, 0]  # [A, H]
             q_i = process_logits(logits, d_act, hist)  # [A, V]
+            del logits  # peak memory
             d_i = sample_from_probs(q_i, generator)  # [A]
             work[a_rows, a_len + i] = d_i
             draft_ids[:, i] = d_i
-            draft_probs.append(q_i)
+            if draft_probs_t is None:
+                draft_probs_t = torch.empty(A, gamma, V, dtype=q_i.dtype, device=q_i.device)
+            draft_probs_t[:, i] = q_i
+            del q_i
         draft_calls += gamma
-        draft_probs_t = torch.stack(draft_probs, 1)  # [A, γ, V]
 
         # One target call for all γ+1 prefixes; penalties re-applied per prefix.
         positions = (a_len - 1)[:, None] + steps[None]  # [A, γ+1]
@@ -194,6 +197,7 @@ def speculative_generate(
             t_bp.select(act).repeat_interleave(gamma + 1),
             hist.reshape(A * (gamma + 1), -1),
         ).reshape(A, gamma + 1, V)
+        del t_logits  # peak memory: the logits are not needed past this point
 
         out = verifier(draft_ids, draft_probs_t, target_probs, generator)
         num = check_verifier_output(out, draft_ids, V)  # [A], emitted per row

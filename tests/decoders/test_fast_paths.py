@@ -225,3 +225,19 @@ def test_nucleus_fast_falls_back_on_nan_rows():
     p[1] = torch.nan
     tp = torch.full((3,), 0.9, dtype=torch.float64)
     assert torch.equal(_nucleus_fast(p, tp), _nucleus_reference(p, tp))
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e30, 3e37, 3e38])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.05),
+                                    SamplingParams(repetition_penalty=20.0, top_p=0.9),
+                                    SamplingParams(frequency_penalty=1e36, top_k=3)])
+def test_process_logits_overflow_guard_equals_reference(scale, masked, params):
+    g = torch.Generator().manual_seed(3)
+    logits = (torch.randn(3, 700, generator=g, dtype=torch.float64).clamp(-1, 1) * scale).to(torch.float32)
+    if masked:
+        logits[:, 5::4] = -torch.inf
+    history = torch.tensor([[1, 2, 2], [3, -1, -1], [0, 0, 4]])
+    bp = batch_params(params, 3)
+    for h in (None, history):
+        assert_same(process_logits(logits, bp, h), process_logits_reference(logits, bp, h))
