@@ -130,38 +130,9 @@ def process_logits_reference(
     """The readable reference of :func:`process_logits` (same output, bit for bit).
 
     It states the pipeline one tensor operation at a time over the whole ``[B, V]`` batch;
-    :func:`process_logits` returns the same tensor with fewer passes over it (see its
-    Notes). Tests compare the two on every family of ``specexact.strategies``.
-
-    Turn raw logits into the actual sampling law, row by row.
-
-    Shape: ``logits [B, V] -> probs [B, V]``.
-
-    Parameters
-    ----------
-    logits : torch.Tensor
-        Shape ``[B, V]``, floating point (half precision is computed in float32; float64
-        stays float64). ``-inf`` marks a token as impossible; NaN and ``+inf`` are refused.
-    params : BatchedParams
-        Per-row parameters, tensors of shape ``[B]`` (see :func:`batch_params`).
-    history : torch.LongTensor, optional
-        Shape ``[B, H]``; the tokens the penalties count, ``-1`` for padding.
-
-    Returns
-    -------
-    torch.Tensor
-        Shape ``[B, V]``, float32 (float64 for float64 input): non-negative, each row sums
-        to 1 within rounding, exact zeros outside the kept set.
-
-    Raises
-    ------
-    ValueError
-        On NaN or ``+inf`` logits, an all ``-inf`` row, a batch size that does not match
-        ``params``, or history ids outside ``[0, V)``.
-
-    Notes
-    -----
-    The order of operations is the module's docstring; it follows vLLM v1.
+    :func:`process_logits` returns the same tensor with fewer passes over it. Parameters,
+    shapes, dtypes, return value and exceptions are those of :func:`process_logits`. Tests
+    compare the two on every family of ``specexact.strategies``.
     """
     _validate_logits(logits)
     if params.batch_size != logits.shape[0]:
