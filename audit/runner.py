@@ -247,18 +247,20 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
         law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id)
         counts, unexpected = count_sequences(law, flat)
         probs, labels = law.probs, law.labels()
+        codes = encode_sequences(flat, law.vocab_size)  # [nb * R]
         if len(unexpected):
-            counts = np.concatenate([counts, np.full(len(unexpected), 0)])
-            # Zero-probability outcomes that were observed: append with their counts.
-            codes_u = encode_sequences(unexpected, law.vocab_size)
-            codes_all = encode_sequences(flat, law.vocab_size)
-            counts[-len(unexpected):] = [(codes_all == cu).sum() for cu in codes_u]
-            probs = np.concatenate([probs, np.zeros(len(unexpected))])
-            labels = labels + [" ".join(str(int(t)) for t in row if t >= 0) for row in unexpected]
+            # Observed outcomes of zero probability: appended with their counts, so the
+            # goodness-of-fit check fails them exactly (support check).
+            off = np.flatnonzero(~np.isin(codes, law.codes))
+            _, first, off_counts = np.unique(codes[off], return_index=True, return_counts=True)
+            rows = flat[off[first]].tolist()
+            counts = np.concatenate([counts, off_counts])
+            probs = np.concatenate([probs, np.zeros(len(rows))])
+            labels = labels + [" ".join(str(t) for t in row if t >= 0) for row in rows]
         checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha_chi2, labels=labels,
                                     min_expected=min_expected,
                                     name=f"sequence_law[{label}]"))
-        codes = encode_sequences(flat, law.vocab_size).reshape(nb, R)
+        codes = codes.reshape(nb, R)
     else:
         p0 = process_logits(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
                             batch_params(rc.target_params, 1)).numpy()[0]

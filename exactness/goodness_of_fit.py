@@ -108,6 +108,37 @@ def _binned_law(probs: np.ndarray, n: int, min_expected: float) -> np.ndarray:
     return bins
 
 
+def support_violation(counts, probs, outcome_labels, *, details: dict, common: dict) -> CheckResult | None:
+    """The exact support check shared by the goodness-of-fit checks.
+
+    Returns a failing :class:`CheckResult` (method ``"exact"``, p-value 0) when any sample
+    fell on an outcome of reference probability 0, else None. ``details`` gains
+    ``support_violations``; ``common`` holds the fields every result of the caller shares
+    (name, n, rates, detectable_tv).
+    """
+    violating = np.flatnonzero((probs == 0.0) & (counts > 0))
+    if not violating.size:
+        return None
+    num_violations = int(counts[violating].sum())
+    top = violating[np.argsort(-counts[violating], kind="stable")][:MAX_WORST]
+    details["support_violations"] = num_violations
+    return CheckResult(
+        method="exact",
+        statistic=float(num_violations),
+        pvalue=0.0,
+        dof=None,
+        passed=False,
+        worst=tuple((outcome_labels[i], float(counts[i]), 0.0) for i in top),
+        details=details,
+        description=(
+            f"{num_violations} of {common['n']} samples fell on {violating.size} outcome(s) of "
+            "reference probability 0; a correct sampler never does (exact failure). "
+            "Statistic: number of such samples."
+        ),
+        **common,
+    )
+
+
 def _pearson_statistic(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Pearson statistic along the last axis (vectorised for Monte Carlo replicates)."""
     return np.sum((counts - expected) ** 2 / expected, axis=-1)
@@ -270,26 +301,9 @@ def chisquare_gof(
         detectable_tv=detectable,
     )
 
-    violating = np.flatnonzero((probs == 0.0) & (counts > 0))
-    if violating.size:
-        num_violations = int(counts[violating].sum())
-        top = violating[np.argsort(-counts[violating], kind="stable")][:MAX_WORST]
-        details["support_violations"] = num_violations
-        return CheckResult(
-            method="exact",
-            statistic=float(num_violations),
-            pvalue=0.0,
-            dof=None,
-            passed=False,
-            worst=tuple((outcome_labels[i], float(counts[i]), 0.0) for i in top),
-            details=details,
-            description=(
-                f"{num_violations} of {n} samples fell on {violating.size} outcome(s) of "
-                "reference probability 0; a correct sampler never does (exact failure). "
-                "Statistic: number of such samples."
-            ),
-            **common,
-        )
+    violation = support_violation(counts, probs, outcome_labels, details=details, common=common)
+    if violation is not None:
+        return violation
     details["support_violations"] = 0
 
     if num_bins < 2:

@@ -18,6 +18,7 @@ from ._validate import (
     check_rates,
     check_seed,
 )
+from .goodness_of_fit import support_violation
 from .results import MAX_WORST, CheckResult
 
 
@@ -202,25 +203,9 @@ def randomized_pit_ks(
     )
 
     counts = np.bincount(sample, minlength=num_outcomes)
-    violating = np.flatnonzero((probs == 0.0) & (counts > 0))
-    if violating.size:
-        num_violations = int(counts[violating].sum())
-        top = violating[np.argsort(-counts[violating], kind="stable")][:MAX_WORST]
-        details["support_violations"] = num_violations
-        return CheckResult(
-            method="exact",
-            statistic=float(num_violations),
-            pvalue=0.0,
-            dof=None,
-            passed=False,
-            worst=tuple((outcome_labels[i], float(counts[i]), 0.0) for i in top),
-            details=details,
-            description=(
-                f"{num_violations} of {n} samples fell on outcomes of reference probability 0 "
-                "(exact failure). Statistic: number of such samples."
-            ),
-            **common,
-        )
+    violation = support_violation(counts, probs, outcome_labels, details=details, common=common)
+    if violation is not None:
+        return violation
     details["support_violations"] = 0
 
     order = np.argsort(-probs, kind="stable")
