@@ -25,16 +25,18 @@ import torch
 
 from specexact.exactness.budget import benjamini_hochberg
 
+from specexact.decoders.adapters.protocol import is_logits_level, processing_of
+
 from .cases import AuditCase, default_cases
 from .journal import Journal, journal_path
 from .plan import AuditPlan, CasePlan, approx_detectable_tv, pilot_costs, plan_batches, rows_per_class
-from .runner import CaseResult, checks_per_case, run_case
+from .runner import CaseResult, checks_per_case, run_case, unsupported_reason
 
 __all__ = ["run_audit", "build_report", "environment", "audit_key", "SCHEMA", "SCHEMA_VERSION"]
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 _PACKAGES = ("numpy", "scipy", "rich", "hypothesis", "matplotlib", "jinja2")
@@ -390,6 +392,13 @@ def run_audit(
     if case_set is None:
         case_set = "default" if cases is None else "custom"
     all_cases = list(default_cases() if cases is None else cases)
+    # A logits-level sampler that does not implement an operation (e.g. no presence
+    # penalty) cannot be audited on a case that needs it: skip the case, say why.
+    skipped = [{"case": c.name, "reason": r} for c in all_cases if (r := unsupported_reason(c, verifier))]
+    all_cases = [c for c in all_cases if c.name not in {s["case"] for s in skipped}]
+    if not all_cases:
+        raise ValueError("no audit case can drive this sampler: "
+                         + "; ".join(f"{s['case']}: {s['reason']}" for s in skipped))
     names = [c.name for c in all_cases]
     if len(set(names)) != len(names):
         raise ValueError(f"case names must be unique, got {names}")
@@ -586,6 +595,9 @@ def run_audit(
         "shard": None if shard is None else {"index": shard[0], "count": shard[1],
                                              "cases": [c.name for c in run_cases]},
         "audit_key": key,
+        "processing": {"level": "logits" if is_logits_level(verifier) else "probability",
+                       **processing_of(verifier).to_dict()},
+        "skipped_cases": skipped,
     }
     report = build_report(
         case_dicts,

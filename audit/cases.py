@@ -145,6 +145,22 @@ def default_cases() -> list[AuditCase]:
             batch_size=1536,
         ),
         AuditCase(
+            name="v7-rep-order",
+            description="repetition penalty re-applied per candidate prefix with top-p and min-p together "
+                        "(their order changes the law) and top-k; the operations every logits-level "
+                        "engine tested implements",
+            model=ToyLMConfig(vocab_size=7, seed=23, zipf_exponent=0.9, context_strength=2.5),
+            mismatch=0.7,
+            row_classes=(
+                RowClass((1, 2), _sp(temperature=1.2, top_p=0.9, min_p=0.1, repetition_penalty=1.6),
+                         _sp(temperature=1.1)),
+                RowClass((3, 1), _sp(temperature=1.3, top_k=4, min_p=0.1, repetition_penalty=0.7),
+                         _sp(top_p=0.9, presence_penalty=0.3)),
+            ),
+            num_draft_tokens=2,
+            length=5,
+        ),
+        AuditCase(
             name="v12-eos-cut",
             description="EOS likely and max_new_tokens shorter than a full round (γ+1 > length): "
                         "rounds are cut, no bonus past the cut",

@@ -194,6 +194,11 @@ def plan_batches(
     alpha
         Per-check false-fail rate.
 
+    Raises
+    ------
+    ValueError
+        If ``costs`` and ``cases`` differ in length.
+
     Returns
     -------
     (batches, worst_tv, feasible)
@@ -214,6 +219,8 @@ def plan_batches(
     even-rounded-down counts; time left by the rounding goes, two calls at a time, to the
     case whose squared TV falls most per second.
     """
+    if len(costs) != len(cases):
+        raise ValueError(f"costs has {len(costs)} entries but there are {len(cases)} cases")
     if not cases:
         return [], None, True
     minimum = [MIN_BATCHES] * len(cases)

@@ -32,9 +32,10 @@ from specexact.decoders import (
     VerifierProtocolError,
     batch_params,
     naive_generate,
-    process_logits,
     speculative_generate,
 )
+from specexact.decoders.adapters.protocol import processing_of
+from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
 from specexact.exactness.exact_tests import binomial_check
 from specexact.exactness.goodness_of_fit import chisquare_gof
@@ -44,7 +45,7 @@ from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .cases import AuditCase
 
-__all__ = ["CaseResult", "run_case", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
+__all__ = ["CaseResult", "run_case", "unsupported_reason", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
 
 MIN_EXPECTED = 200.0
 """Smallest expected count of a bin in the audit's chi-square checks."""
@@ -127,8 +128,9 @@ def run_case(
     Parameters
     ----------
     case : AuditCase
-    verifier : callable
-        Anything with the :func:`~specexact.decoders.verify` protocol.
+    verifier : callable or logits-level adapter
+        Anything with the :func:`~specexact.decoders.verify` protocol, or a logits-level
+        adapter (its reference laws then use its declared order of operations).
     false_fail_rate : float
         Per-check false-fail rate (the audit's total divided by its number of checks).
     seed : int
@@ -151,9 +153,20 @@ def run_case(
     CaseResult
         A crash or protocol violation of the verifier is recorded as ``defect`` with a
         failing check of p-value 0.
+
+    Raises
+    ------
+    ValueError
+        Both or neither of ``num_batches`` / ``time_budget_s``, or a logits-level sampler
+        that does not implement an operation the case's parameters need
+        (:func:`unsupported_reason`).
     """
     if (num_batches is None) == (time_budget_s is None):
         raise ValueError("give exactly one of num_batches and time_budget_s")
+    reason = unsupported_reason(case, verifier)
+    if reason is not None:
+        raise ValueError(f"case {case.name!r} cannot audit this sampler: {reason}")
+    processing = processing_of(verifier)
     start = time.perf_counter()
     result = CaseResult(case=case, seed=case_seed(seed, case))
     gen = torch.Generator(device=device).manual_seed(result.seed)
@@ -182,7 +195,8 @@ def run_case(
         first_round.append(out.accepted_lengths[:, 0].cpu())
         if not case.exact:
             naive_tokens.append(naive_generate(target, prompts, t_params, max_new_tokens=L,
-                                               generator=naive_gen, eos_token_id=case.eos_token_id).tokens.cpu())
+                                               generator=naive_gen, eos_token_id=case.eos_token_id,
+                                               processing=processing).tokens.cpu())
         b += 1
         result.num_batches = b
         result.num_sequences = b * case.batch_size
@@ -199,10 +213,20 @@ def run_case(
         naive_all = torch.stack(naive_tokens) if naive_tokens else None
         for c in range(C):
             result.checks.extend(
-                _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate, min_expected)
+                _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate, min_expected,
+                              processing)
             )
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+def unsupported_reason(case: AuditCase, verifier) -> str | None:
+    """Why ``case`` cannot audit ``verifier`` (a logits-level sampler whose declared
+    operations do not cover a row class's target parameters), or ``None``."""
+    processing = processing_of(verifier)
+    missing = [f"class {c}: {', '.join(bad)}" for c, rc in enumerate(case.row_classes)
+               if (bad := processing.unsupported(rc.target_params))]
+    return f"the sampler does not implement {'; '.join(missing)}" if missing else None
 
 
 def _pair_checks(codes: np.ndarray, alpha: float, label: str) -> list[CheckResult]:
@@ -229,7 +253,7 @@ def _pair_checks(codes: np.ndarray, alpha: float, label: str) -> list[CheckResul
 
 
 def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha,
-                  min_expected=MIN_EXPECTED) -> list[CheckResult]:
+                  min_expected=MIN_EXPECTED, processing: LogitsProcessing = BUILTIN_PROCESSING) -> list[CheckResult]:
     alpha_chi2 = alpha / CHI2_TAIL_INFLATION
     C = len(case.row_classes)
     rc = case.row_classes[c]
@@ -242,9 +266,10 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
     gamma = case.num_draft_tokens
     checks: list[CheckResult] = []
     acc_law = acceptance_law(target, draft, prompt, rc.target_params, rc.draft_params,
-                             num_draft_tokens=gamma, max_paths=500_000)
+                             num_draft_tokens=gamma, max_paths=500_000, target_processing=processing)
     if case.exact:
-        law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id)
+        law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id,
+                           processing=processing)
         counts, unexpected = count_sequences(law, flat)
         probs, labels = law.probs, law.labels()
         codes = encode_sequences(flat, law.vocab_size)  # [nb * R]
@@ -262,8 +287,8 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
                                     name=f"sequence_law[{label}]"))
         codes = codes.reshape(nb, R)
     else:
-        p0 = process_logits(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
-                            batch_params(rc.target_params, 1)).numpy()[0]
+        p0 = processing(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
+                        batch_params(rc.target_params, 1), None, prompt[None]).numpy()[0]
         first = np.bincount(flat[:, 0].numpy(), minlength=case.model.vocab_size)
         checks.append(chisquare_gof(first, p0, false_fail_rate=alpha_chi2, min_expected=min_expected,
                                     name=f"first_token_law[{label}]"))

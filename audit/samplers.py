@@ -10,9 +10,10 @@ Accepted forms:
 
 specexact registers its own third-party adapters in the same group (``transformers``:
 :mod:`specexact.decoders.adapters.transformers`, needs ``specexact[thirdparty]``).
-A resolved sampler may carry report metadata (:func:`sampler_metadata`); logits-level
-adapters are refused until the audit can drive them
-(:func:`specexact.decoders.adapters.check_auditable`).
+A resolved sampler may carry report metadata (:func:`sampler_metadata`). A logits-level
+adapter (``capabilities.logits_level``, a ``verify_logits`` method) is driven with raw
+target logits and per-row parameters, and audited against the law of its declared order
+of operations (:func:`specexact.decoders.adapters.check_auditable`).
 """
 
 from __future__ import annotations
@@ -91,12 +92,10 @@ def resolve_sampler(name: str) -> tuple[Callable, str]:
                                f"{_install_hint(target, exc)}") from exc
     else:
         obj = _load(target)
-    if not callable(obj):
-        raise SamplerError(f"sampler {name!r} ({target}) is not callable: {type(obj).__name__}")
     try:
         check_auditable(obj)
-    except NotImplementedError as exc:
-        raise SamplerError(f"sampler {name!r} ({target}): {exc}") from exc
+    except TypeError as exc:
+        raise SamplerError(f"sampler {name!r} ({target}): {exc}: {type(obj).__name__}") from exc
     return obj, target
 
 

@@ -150,6 +150,12 @@ def _write(report: dict, args, console, stem: str) -> dict:
     paths = write_reports(report, out_dir, stem, html=not args.no_html, history=history)
     if args.json:
         write_json(report, args.json)
+    proc = report["settings"].get("processing") or {}
+    if proc.get("level") == "logits":
+        console.print(f"logits-level sampler: reference laws use its declared order {' > '.join(proc['order'])} "
+                      f"(repetition penalty over {proc['repetition_penalty_scope'].replace('_', ' ')})")
+    for sk in report["settings"].get("skipped_cases") or []:
+        console.print(f"[yellow]skipped[/] {escape(sk['case'])}: {escape(sk['reason'])}")
     for f in report["findings"]:
         console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}")
         console.print(f"  reproduce: {escape(f['reproduction']['command'])}")
@@ -235,6 +241,12 @@ def _audit(args) -> int:
         verifier, target = resolve_sampler(args.sampler)
     except (SamplerError, ValueError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
+        return EXIT_ERROR
+    from specexact.audit.runner import unsupported_reason
+
+    reasons = [f"{c.name}: {r}" for c in cases if (r := unsupported_reason(c, verifier))]
+    if len(reasons) == len(cases):
+        console.print(f"[red]error:[/] no selected case can audit {escape(args.sampler)}: {escape('; '.join(reasons))}")
         return EXIT_ERROR
 
     budget_mode = args.batches is None

@@ -1,6 +1,7 @@
 """Samplers under audit and the models that drive them.
 
 - :func:`process_logits`: the logits pipeline (penalties, temperature, min-p, top-k, top-p).
+- :class:`LogitsProcessing`: the same operations in a declared order (logits-level engines).
 - :func:`naive_generate`: target-only autoregressive sampling (the reference law).
 - :func:`speculative_generate`: chain speculative decoding around any verifier.
 - :func:`verify`: modified rejection sampling with the probability-level protocol.
@@ -11,6 +12,7 @@ from .models import ToyLM, ToyLMConfig
 from .naive import GenerationOutput, naive_generate
 from .params import BatchedParams, SamplingParams, batch_params
 from .pipeline import process_logits, token_counts
+from .processing import LogitsProcessing, process_logits_in_order
 from .sampling import sample_from_probs
 from .speculative import VerifierProtocolError, check_verifier_output, speculative_generate
 from .rejection_sampling import PLACEHOLDER_ID, validate_verify_inputs, verify
@@ -18,6 +20,7 @@ from .rejection_sampling import PLACEHOLDER_ID, validate_verify_inputs, verify
 __all__ = [
     "BatchedParams",
     "GenerationOutput",
+    "LogitsProcessing",
     "PLACEHOLDER_ID",
     "SamplingParams",
     "ToyLM",
@@ -27,6 +30,7 @@ __all__ = [
     "check_verifier_output",
     "naive_generate",
     "process_logits",
+    "process_logits_in_order",
     "sample_from_probs",
     "speculative_generate",
     "token_counts",

@@ -9,6 +9,7 @@ import torch
 
 from .params import SamplingParams, batch_params
 from .pipeline import process_logits
+from .processing import LogitsProcessing
 from .sampling import sample_from_probs
 
 __all__ = ["GenerationOutput", "naive_generate", "check_prompt"]
@@ -63,6 +64,7 @@ def naive_generate(
     max_new_tokens: int,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
+    processing: "LogitsProcessing | None" = None,
 ) -> GenerationOutput:
     """Sample autoregressively from the target alone through the logits pipeline.
 
@@ -83,6 +85,9 @@ def naive_generate(
         The only randomness: one float64 uniform per row and step.
     eos_token_id : int, optional
         A row stops after emitting it (kept in the output).
+    processing : LogitsProcessing, optional
+        The order of operations (default: :func:`~specexact.decoders.process_logits`'
+        built-in one); a logits-level sampler's audit passes the order it declared.
 
     Returns
     -------
@@ -91,7 +96,8 @@ def naive_generate(
     Raises
     ------
     ValueError
-        On a malformed prompt or ``max_new_tokens`` (see :func:`check_prompt`).
+        On a malformed prompt or ``max_new_tokens`` (see :func:`check_prompt`), or
+        parameters ``processing`` does not implement.
     """
     V = target.vocab_size
     check_prompt(prompt_ids, V, max_new_tokens)
@@ -104,7 +110,10 @@ def naive_generate(
     for t in range(max_new_tokens):
         positions = torch.full((B, 1), T0 + t - 1, dtype=torch.int64, device=device)
         logits = target(seq[:, : T0 + t], positions)[:, 0]  # [B, V]
-        probs = process_logits(logits, bp, seq[:, T0 : T0 + t])  # [B, V]
+        if processing is None:
+            probs = process_logits(logits, bp, seq[:, T0 : T0 + t])  # [B, V]
+        else:
+            probs = processing(logits, bp, seq[:, T0 : T0 + t], prompt_ids)  # [B, V]
         del logits  # peak memory: not needed while sampling
         token = sample_from_probs(probs, generator)  # [B]
         seq[:, T0 + t] = torch.where(done, -1, token)

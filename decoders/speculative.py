@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .adapters.protocol import LogitsVerifyInputs, is_logits_level
 from .naive import GenerationOutput, check_prompt
 from .params import SamplingParams, batch_params
 from .pipeline import process_logits
@@ -123,9 +124,13 @@ def speculative_generate(
         The only randomness (draft sampling and the verifier's draws), on the models' device.
     eos_token_id : int, optional
         A row stops after emitting it.
-    verifier : callable
-        Anything with the :func:`~specexact.decoders.verify` protocol. Called on the
-        unfinished rows only.
+    verifier : callable or logits-level adapter
+        Anything with the :func:`~specexact.decoders.verify` protocol, called with the
+        processed laws; or an adapter whose capabilities declare ``logits_level=True``:
+        its ``verify_logits`` gets the *raw* target logits of the γ+1 prefixes, each row's
+        ``target_params`` and token history
+        (:class:`~specexact.decoders.adapters.LogitsVerifyInputs`) and applies the
+        processing itself. Called on the unfinished rows only.
 
     Returns
     -------
@@ -150,6 +155,10 @@ def speculative_generate(
     prompt_ids = prompt_ids.to(device)
     B, T0 = prompt_ids.shape
     t_bp = batch_params(target_params, B, device)
+    logits_level = is_logits_level(verifier)
+    if logits_level:
+        t_list = ((target_params,) * B if isinstance(target_params, SamplingParams)
+                  else tuple(target_params))
     d_bp = batch_params(target_params if draft_params is None else draft_params, B, device)
 
     L = T0 + max_new_tokens + gamma + 1
@@ -191,15 +200,22 @@ def speculative_generate(
         positions = (a_len - 1)[:, None] + steps[None]  # [A, γ+1]
         t_logits = target(work, positions)  # [A, γ+1, V]
         target_calls += 1
-        hist = _prefix_histories(work, T0, a_len, gamma + 1)  # [A, γ+1, H]
-        target_probs = process_logits(
-            t_logits.reshape(A * (gamma + 1), V),
-            t_bp.select(act).repeat_interleave(gamma + 1),
-            hist.reshape(A * (gamma + 1), -1),
-        ).reshape(A, gamma + 1, V)
-        del t_logits  # peak memory: the logits are not needed past this point
-
-        out = verifier(draft_ids, draft_probs_t, target_probs, generator)
+        if logits_level:  # the sampler processes the raw logits per prefix itself
+            act_list = act.tolist()
+            out = verifier.verify_logits(LogitsVerifyInputs(
+                draft_token_ids=draft_ids, draft_probs=draft_probs_t, target_logits=t_logits,
+                target_params=tuple(t_list[r] for r in act_list), prompt_token_ids=prompt_ids[act],
+                output_token_ids=_prefix_histories(work, T0, a_len, 1)[:, 0]), generator)
+            del t_logits
+        else:
+            hist = _prefix_histories(work, T0, a_len, gamma + 1)  # [A, γ+1, H]
+            target_probs = process_logits(
+                t_logits.reshape(A * (gamma + 1), V),
+                t_bp.select(act).repeat_interleave(gamma + 1),
+                hist.reshape(A * (gamma + 1), -1),
+            ).reshape(A, gamma + 1, V)
+            del t_logits  # peak memory: the logits are not needed past this point
+            out = verifier(draft_ids, draft_probs_t, target_probs, generator)
         num = check_verifier_output(out, draft_ids, V)  # [A], emitted per row
         out = out.to(device).long()
         round_log = torch.full((B,), -1, dtype=torch.int64, device=device)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from specexact.decoders import SamplingParams, batch_params, process_logits
+from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
 __all__ = [
     "SequenceLaw",
@@ -82,6 +83,7 @@ def sequence_law(
     length: int,
     eos_token_id: int | None = None,
     max_outcomes: int = 2_000_000,
+    processing: LogitsProcessing | None = None,
 ) -> SequenceLaw:
     """Enumerate the exact law of the first ``length`` tokens naive sampling produces.
 
@@ -100,6 +102,9 @@ def sequence_law(
         Ends a sequence (kept as its last token).
     max_outcomes : int
         Refuse to enumerate more prefixes than this at any depth.
+    processing : LogitsProcessing, optional
+        The order of operations (default: the built-in
+        :func:`~specexact.decoders.process_logits`); a logits-level sampler's own order.
 
     Returns
     -------
@@ -113,6 +118,7 @@ def sequence_law(
     """
     if length < 1:
         raise ValueError(f"length must be >= 1, got {length!r}")
+    processing = BUILTIN_PROCESSING if processing is None else processing
     m64 = model.to(dtype=torch.float64) if hasattr(model, "to") else model
     V = m64.vocab_size
     device = m64.device
@@ -131,7 +137,7 @@ def sequence_law(
         inputs = torch.cat([prompt.expand(N, -1), prefixes], 1)
         positions = torch.full((N, 1), T0 + t - 1, dtype=torch.int64, device=device)
         logits = m64(inputs, positions)[:, 0].to(torch.float64)  # [N, V]
-        probs = process_logits(logits, batch_params(params, N, device), prefixes)  # [N, V]
+        probs = processing(logits, batch_params(params, N, device), prefixes, prompt.expand(N, -1))  # [N, V]
         child = weights[:, None] * probs  # [N, V]
         parent, token = (child > 0).nonzero(as_tuple=True)
         prefixes = torch.cat([prefixes[parent], token[:, None]], 1)
@@ -192,6 +198,7 @@ def acceptance_law(
     *,
     num_draft_tokens: int,
     max_paths: int = 2_000_000,
+    target_processing: LogitsProcessing | None = None,
 ) -> np.ndarray:
     """Exact law of the number of drafts accepted in the first round after ``prompt_ids``.
 
@@ -199,6 +206,8 @@ def acceptance_law(
     ``p_j, q_j`` are the processed target and draft laws after the prompt and
     ``d_1..d_{j-1}`` (Leviathan et al. 2023, sec. 3.1: a token is proposed and accepted with
     probability ``min(p, q)``). The round's verifier does not see EOS, so EOS plays no part.
+    ``target_processing`` (default: built-in) is the target side's order of operations;
+    the draft side is always the built-in pipeline (the decoder's own).
 
     Returns
     -------
@@ -207,6 +216,7 @@ def acceptance_law(
         ``i`` would exceed ``max_paths``, the deeper tail is unknown: entries are NaN from
         the first unknown ``k`` on and the last known entry holds ``P(N >= k)``.
     """
+    target_processing = BUILTIN_PROCESSING if target_processing is None else target_processing
     t64 = target.to(dtype=torch.float64)
     d64 = draft.to(dtype=torch.float64)
     V = t64.vocab_size
@@ -222,7 +232,8 @@ def acceptance_law(
         N = paths.shape[0]
         inputs = torch.cat([prompt.expand(N, -1), paths], 1)
         positions = torch.full((N, 1), T0 + j - 1, dtype=torch.int64, device=device)
-        p = process_logits(t64(inputs, positions)[:, 0], batch_params(target_params, N, device), paths)
+        p = target_processing(t64(inputs, positions)[:, 0], batch_params(target_params, N, device), paths,
+                              prompt.expand(N, -1))
         q = process_logits(d64(inputs, positions)[:, 0], batch_params(draft_params, N, device), paths)
         child = weights[:, None] * torch.minimum(p, q)  # [N, V]
         at_least[j + 1] = float(child.sum())

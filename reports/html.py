@@ -84,6 +84,10 @@ _TEMPLATE = r"""<!DOCTYPE html>
   <div class="card"><div class="v">{{ mode_value }}</div><div class="k">{{ mode_label }}</div></div>
   <div class="card"><div class="v">{{ s.seed }}</div><div class="k">seed{% if s.isolate %} · isolated cases{% endif %}</div></div>
 </div>
+{% if s.processing and s.processing.level == "logits" %}<p class="note">Logits-level sampler: the reference laws
+  use the order it declared ({{ s.processing.order|join(" → ") }}; repetition penalty over
+  {{ s.processing.repetition_penalty_scope|replace("_", " ") }}).</p>{% endif %}
+{% for sk in s.skipped_cases or [] %}<p class="note">Skipped case {{ sk.case }}: {{ sk.reason }}</p>{% endfor %}
 {% if r.resumed_cases %}<p class="note">Resumed from a journal: {{ r.resumed_cases|length }} case(s) were finished
   by an earlier, interrupted run of the same audit ({{ r.resumed_cases|join(", ") }}).</p>{% endif %}
 {% if r.plan and r.plan.note %}<p class="note">{{ r.plan.note }}</p>{% endif %}

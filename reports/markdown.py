@@ -73,6 +73,13 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         f"- torch {env['torch']} on {env['device']} ({_cell(env.get('device_name'))}), "
         f"specexact {env['specexact']}, git {env.get('git_revision') or '-'}",
     ]
+    proc = s.get("processing") or {}
+    if proc.get("level") == "logits":
+        lines.append(f"- logits-level sampler: reference laws use its declared order "
+                     f"{' → '.join(_code(op) for op in proc['order'])}; repetition penalty over "
+                     f"{proc['repetition_penalty_scope'].replace('_', ' ')}; greedy {'supported' if proc['greedy'] else 'not supported'}")
+    for sk in s.get("skipped_cases") or []:
+        lines.append(f"- skipped case {_cell(sk['case'])}: {_cell(sk['reason'])}")
     if report.get("resumed_cases"):
         lines.append(f"- resumed from a journal: {', '.join(_cell(c) for c in report['resumed_cases'])} "
                      "finished in an earlier, interrupted run")

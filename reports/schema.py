@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.1`` -> ``1.2``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.2`` -> ``1.3``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -35,7 +35,7 @@ _TIMESTAMP = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.1/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.2/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -206,6 +206,24 @@ REPORT_SCHEMA: dict[str, Any] = {
                     ]
                 },
                 "audit_key": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+                "processing": {
+                    "description": "the logits processing of the reference laws: the built-in one "
+                                   "(probability-level samplers) or the order a logits-level sampler declared",
+                    "type": "object",
+                    "required": ["level", "order", "repetition_penalty_scope", "greedy"],
+                    "properties": {
+                        "level": {"enum": ["probability", "logits"]},
+                        "order": {"type": "array", "items": {"type": "string"}},
+                        "repetition_penalty_scope": {"enum": ["output", "prompt_and_output"]},
+                        "greedy": {"type": "boolean"},
+                    },
+                },
+                "skipped_cases": {
+                    "description": "cases left out because the sampler does not implement an operation they need",
+                    "type": "array",
+                    "items": {"type": "object", "required": ["case", "reason"],
+                              "properties": {"case": {"type": "string"}, "reason": {"type": "string"}}},
+                },
             },
         },
         "case_plan": {

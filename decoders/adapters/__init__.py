@@ -1,10 +1,15 @@
-"""Third-party speculative-decoding samplers behind the ``verify`` protocol.
+"""Third-party speculative-decoding samplers behind one protocol, at two levels.
 
-- :mod:`.protocol`: :class:`Capabilities`, the :class:`SamplerAdapter` protocol and the
-  helpers adapters share (seeding torch's global RNG from a generator, log-probabilities).
+- :mod:`.protocol`: :class:`Capabilities`, the probability-level :class:`SamplerAdapter`
+  and logits-level :class:`LogitsSamplerAdapter` protocols (:class:`LogitsVerifyInputs`)
+  and the helpers adapters share (seeding torch's global RNG from a generator, log-probs).
+- :mod:`.builtin_logits`: the built-in verifier at the logits level, in any declared
+  order of operations (``--sampler builtin-logits``; the template for an engine's adapter).
 - :mod:`.transformers`: Hugging Face transformers' ``_speculative_sampling`` (needs
   ``pip install 'specexact[thirdparty]'``; imported only on demand, e.g. through the
   entry point ``specexact audit --sampler transformers``).
+- :mod:`.transformers_logits`: transformers' own logits processors per candidate prefix,
+  then ``_speculative_sampling`` (``--sampler transformers-logits``).
 
 vLLM, FlashInfer and SGLang adapters are planned (README, "Third-party samplers").
 """
@@ -13,18 +18,26 @@ from .protocol import (
     OPERATIONS,
     RANDOMNESS,
     Capabilities,
+    LogitsSamplerAdapter,
+    LogitsVerifyInputs,
     SamplerAdapter,
     check_auditable,
+    is_logits_level,
+    processing_of,
     probs_to_logits,
     seeded_global_rng,
 )
 
 __all__ = [
     "Capabilities",
+    "LogitsSamplerAdapter",
+    "LogitsVerifyInputs",
     "OPERATIONS",
     "RANDOMNESS",
     "SamplerAdapter",
     "check_auditable",
+    "is_logits_level",
+    "processing_of",
     "probs_to_logits",
     "seeded_global_rng",
 ]

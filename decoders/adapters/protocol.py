@@ -11,13 +11,19 @@ Two protocol levels
 The built-in decoder has already applied temperature, truncation and penalties on both
 sides (per candidate prefix on the target side), so the adapter only sees the laws.
 
-*Logits level* (planned, not auditable yet): for samplers that apply their own
-temperature / top-k / top-p / min-p / penalties inside the verification step (vLLM v1's
-rejection sampler is one). Auditing one needs the decoder to hand raw logits and
-per-row sampling parameters to the sampler, and the reference law to be built with the
-sampler's declared :attr:`Capabilities.order_of_operations`; neither exists yet, so
-:func:`check_auditable` refuses adapters that declare ``logits_level=True`` rather than
-audit them against the wrong law.
+*Logits level*: for samplers that apply their own temperature / top-k / top-p / min-p /
+penalties to the target logits inside verification (that is where per-prefix penalty and
+truncation bugs live). The adapter has a method::
+
+    adapter.verify_logits(inputs: LogitsVerifyInputs, generator) -> LongTensor [B, K+1]
+
+and receives the drafted tokens, the draft law actually sampled, the *raw* target logits
+after all γ+1 candidate prefixes, each row's :class:`~specexact.decoders.SamplingParams`
+and its token history (prompt and generated tokens; the drafts are the candidate
+prefixes' extra tokens). It must apply the processing itself, per candidate prefix. It
+declares the order in which it applies the operations
+(:attr:`Capabilities.order_of_operations`, :attr:`Capabilities.processing`), and the audit
+computes its reference laws (exact enumeration and naive sampling) with that order.
 """
 
 from __future__ import annotations
@@ -28,9 +34,16 @@ from typing import Iterator, Literal, Protocol, runtime_checkable
 
 import torch
 
+from specexact.decoders.params import SamplingParams
+from specexact.decoders.processing import BUILTIN_PROCESSING, OPERATIONS as _ORDER_OPERATIONS, LogitsProcessing
+
 __all__ = [
     "Capabilities",
     "SamplerAdapter",
+    "LogitsSamplerAdapter",
+    "LogitsVerifyInputs",
+    "is_logits_level",
+    "processing_of",
     "RANDOMNESS",
     "OPERATIONS",
     "check_auditable",
@@ -50,8 +63,9 @@ RANDOMNESS = ("generator", "uniforms", "global_rng")
   (:func:`seeded_global_rng`).
 """
 
-OPERATIONS = ("penalties", "temperature", "min_p", "top_k", "top_p")
-"""Names allowed in :attr:`Capabilities.order_of_operations` (logits-level samplers)."""
+OPERATIONS = ("penalties",) + _ORDER_OPERATIONS
+"""Names allowed in :attr:`Capabilities.order_of_operations` (logits-level samplers);
+``"penalties"`` stands for repetition, frequency and presence in that order."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +85,16 @@ class Capabilities:
     randomness : {"generator", "uniforms", "global_rng"}
         How randomness enters (see :data:`RANDOMNESS`).
     logits_level : bool
-        True for samplers that take logits and apply their own sampling parameters
-        (planned: see the module docstring); False for the probability-level protocol.
+        True for samplers that take raw target logits and apply their own sampling
+        parameters (they implement ``verify_logits``); False for the probability level.
     order_of_operations : tuple of str
-        For logits-level samplers, the order in which they apply :data:`OPERATIONS`;
-        empty for probability-level samplers.
+        For logits-level samplers (required there), the order in which they apply
+        :data:`OPERATIONS`; an operation left out is one they do not implement, and audit
+        cases whose parameters need it are skipped. Empty for probability-level samplers.
+    repetition_penalty_scope : {"output", "prompt_and_output"}
+        Logits level: whether the repetition penalty also counts the prompt's tokens.
+    greedy : bool
+        Logits level: whether ``temperature == 0`` is supported.
     notes : str
         Anything else a reader of the report needs (e.g. flags the adapter fixes).
 
@@ -83,7 +102,8 @@ class Capabilities:
     ------
     ValueError
         Unknown ``randomness`` or operation, ``max_batch_size < 1``, no dtype / device,
-        a non-floating dtype, or an order of operations on a probability-level sampler.
+        a non-floating dtype, an order of operations on a probability-level sampler, or a
+        logits-level sampler without one.
     """
 
     max_batch_size: int | None
@@ -92,6 +112,8 @@ class Capabilities:
     randomness: Randomness
     logits_level: bool = False
     order_of_operations: tuple[str, ...] = ()
+    repetition_penalty_scope: Literal["output", "prompt_and_output"] = "output"
+    greedy: bool = True
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -109,6 +131,18 @@ class Capabilities:
             raise ValueError(f"unknown operations {unknown}; allowed: {OPERATIONS}")
         if self.order_of_operations and not self.logits_level:
             raise ValueError("order_of_operations applies to logits-level samplers only")
+        if self.logits_level and not self.order_of_operations:
+            raise ValueError("a logits-level sampler must declare its order_of_operations")
+        self.processing  # validates the order (repeats) and the scope
+
+    @property
+    def processing(self) -> LogitsProcessing:
+        """The logits processing the audit's reference laws use for this sampler: the
+        declared order for a logits-level sampler, the built-in one otherwise."""
+        if not self.logits_level:
+            return BUILTIN_PROCESSING
+        return LogitsProcessing(order=tuple(self.order_of_operations),
+                                repetition_penalty_scope=self.repetition_penalty_scope, greedy=self.greedy)
 
     def to_dict(self) -> dict:
         """JSON-ready form (dtypes as strings), for the audit report."""
@@ -143,15 +177,105 @@ class SamplerAdapter(Protocol):
         ...
 
 
-def check_auditable(obj: object) -> None:
-    """Raise ``NotImplementedError`` for an adapter the audit cannot drive correctly yet
-    (a logits-level one); do nothing for plain callables and probability-level adapters."""
+@dataclass(frozen=True)
+class LogitsVerifyInputs:
+    """What a logits-level sampler receives for one verification round.
+
+    Attributes
+    ----------
+    draft_token_ids : torch.LongTensor
+        Shape ``[B, K]``: the drafted tokens.
+    draft_probs : torch.Tensor
+        Shape ``[B, K, V]``, float32: the law each draft was actually sampled from (after
+        the draft's own temperature, truncation and penalties).
+    target_logits : torch.Tensor
+        Shape ``[B, K+1, V]``, float32: the target's *raw* logits; position ``i`` is the
+        next-token logits after the prompt, the generated tokens and ``draft_token_ids[:, :i]``.
+    target_params : tuple of SamplingParams
+        ``B`` entries: each row's sampling parameters for the target.
+    prompt_token_ids : torch.LongTensor
+        Shape ``[B, T0]``.
+    output_token_ids : torch.LongTensor
+        Shape ``[B, H]``: the tokens generated before this round, left-aligned, ``-1``
+        after the last (rows have different lengths).
+
+    The penalties of candidate prefix ``i`` count ``output_token_ids`` (and the prompt,
+    for a repetition penalty over the prompt) *plus* ``draft_token_ids[:, :i]``.
+    """
+
+    draft_token_ids: torch.Tensor
+    draft_probs: torch.Tensor
+    target_logits: torch.Tensor
+    target_params: tuple[SamplingParams, ...]
+    prompt_token_ids: torch.Tensor
+    output_token_ids: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.draft_token_ids.shape[0])
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return int(self.draft_token_ids.shape[1])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target_logits.shape[-1])
+
+    def num_output_tokens(self) -> torch.Tensor:
+        """Shape ``[B]``: generated tokens before this round, per row."""
+        return (self.output_token_ids >= 0).sum(1)
+
+    def candidate_token_ids(self, row: int) -> torch.Tensor:
+        """Shape ``[T0 + n + K]``: row ``row``'s prompt, generated tokens and drafts; the
+        candidate prefix of position ``i`` is its first ``T0 + n + i`` entries."""
+        out = self.output_token_ids[row]
+        return torch.cat([self.prompt_token_ids[row], out[out >= 0], self.draft_token_ids[row]])
+
+
+@runtime_checkable
+class LogitsSamplerAdapter(Protocol):
+    """A third-party sampler that processes the target logits itself (logits level).
+
+    Attributes
+    ----------
+    name : str
+    capabilities : Capabilities
+        With ``logits_level=True`` and the order of operations it applies.
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    def metadata(self) -> dict:
+        ...
+
+    def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``-> LongTensor [B, K+1]``, ``-1`` after the last emitted token (as ``verify``)."""
+        ...
+
+
+def is_logits_level(obj: object) -> bool:
+    """True for an adapter that declares ``logits_level=True`` in its capabilities."""
     caps = getattr(obj, "capabilities", None)
-    if isinstance(caps, Capabilities) and caps.logits_level:
-        raise NotImplementedError(
-            f"{getattr(obj, 'name', obj)!r} is a logits-level sampler; auditing those is planned "
-            "(the decoder would have to pass raw logits and sampling parameters)"
-        )
+    return isinstance(caps, Capabilities) and caps.logits_level
+
+
+def processing_of(obj: object) -> LogitsProcessing:
+    """The logits processing the audit's reference laws use for sampler ``obj``."""
+    caps = getattr(obj, "capabilities", None)
+    return caps.processing if isinstance(caps, Capabilities) else BUILTIN_PROCESSING
+
+
+def check_auditable(obj: object) -> None:
+    """Raise ``TypeError`` for an object the audit cannot drive: a logits-level adapter
+    without a callable ``verify_logits``, or a probability-level one that is not callable."""
+    name = getattr(obj, "name", obj)
+    if is_logits_level(obj):
+        if not callable(getattr(obj, "verify_logits", None)):
+            raise TypeError(f"{name!r} declares logits_level=True but has no verify_logits(inputs, generator) method")
+    elif not callable(obj):
+        raise TypeError(f"sampler {name!r} is not callable (the verify protocol)")
 
 
 def probs_to_logits(probs: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

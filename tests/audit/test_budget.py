@@ -21,7 +21,8 @@ ALPHA = 1e-8
 
 def test_planned_tvs_shrink_with_the_budget_and_the_plan_fits():
     cases = quick_cases()
-    costs = [0.05, 0.08, 0.06, 0.03]
+    costs = [0.05, 0.08, 0.07, 0.06, 0.03][: len(cases)]
+    assert len(costs) == len(cases)
     last = [math.inf] * len(cases)
     for budget in (2.0, 5.0, 20.0, 80.0):
         batches, worst, feasible = plan_batches(cases, costs, budget, ALPHA)
@@ -31,6 +32,11 @@ def test_planned_tvs_shrink_with_the_budget_and_the_plan_fits():
         tvs = [approx_detectable_tv(c, b * rows_per_class(c), ALPHA) for c, b in zip(cases, batches)]
         assert all(t < old for t, old in zip(tvs, last)) and max(tvs) == pytest.approx(worst)
         last = tvs
+
+
+def test_costs_must_match_the_cases():
+    with pytest.raises(ValueError, match="costs has 2 entries but there are 3 cases"):
+        plan_batches(quick_cases()[:3], [0.1, 0.2], 10.0, ALPHA)
 
 
 def test_the_plan_minimises_the_sum_of_squared_tvs():

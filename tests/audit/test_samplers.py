@@ -104,13 +104,13 @@ def test_not_callable_and_unknown():
         resolve_sampler("")
 
 
-def test_logits_level_adapter_is_refused(tmp_path, monkeypatch):
+def test_logits_level_adapter_needs_verify_logits(tmp_path, monkeypatch):
     (tmp_path / "logits_adapter.py").write_text(textwrap.dedent('''
         import torch
         from specexact.decoders.adapters import Capabilities
 
         class Adapter:
-            name = "planned"
+            name = "engine"
             capabilities = Capabilities(max_batch_size=None, dtypes=(torch.float32,), devices=("cpu",),
                                         randomness="generator", logits_level=True,
                                         order_of_operations=("penalties", "temperature", "top_k", "top_p"))
@@ -122,8 +122,16 @@ def test_logits_level_adapter_is_refused(tmp_path, monkeypatch):
         adapter = Adapter()
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(SamplerError, match="logits-level"):
+    with pytest.raises(SamplerError, match="no verify_logits"):
         resolve_sampler("logits_adapter:adapter")
+
+
+def test_logits_level_entry_points_resolve():
+    from specexact.decoders.adapters import is_logits_level
+
+    obj, target = resolve_sampler("builtin-logits")
+    assert target == "specexact.decoders.adapters.builtin_logits:verify_logits_level"
+    assert is_logits_level(obj) and obj.capabilities.processing.is_builtin
 
 
 def test_sampler_metadata_of_adapters():

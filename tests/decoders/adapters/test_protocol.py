@@ -5,8 +5,10 @@ import torch
 
 from specexact.decoders.adapters import (
     Capabilities,
-    SamplerAdapter,
+    LogitsSamplerAdapter,
     check_auditable,
+    is_logits_level,
+    processing_of,
     probs_to_logits,
     seeded_global_rng,
 )
@@ -20,7 +22,8 @@ def caps(**kw):
 def test_capabilities_to_dict_is_json_ready():
     d = caps(notes="x").to_dict()
     assert d == {"max_batch_size": 1, "dtypes": ["float32"], "devices": ["cpu"], "randomness": "global_rng",
-                 "logits_level": False, "order_of_operations": [], "notes": "x"}
+                 "logits_level": False, "order_of_operations": [], "repetition_penalty_scope": "output",
+                 "greedy": True, "notes": "x"}
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -31,6 +34,10 @@ def test_capabilities_to_dict_is_json_ready():
     ({"devices": ()}, "devices"),
     ({"logits_level": True, "order_of_operations": ("temperature", "nucleus")}, "unknown operations"),
     ({"order_of_operations": ("temperature",)}, "logits-level"),
+    ({"logits_level": True}, "must declare its order_of_operations"),
+    ({"logits_level": True, "order_of_operations": ("penalties", "repetition_penalty")}, "more than once"),
+    ({"logits_level": True, "order_of_operations": ("temperature",), "repetition_penalty_scope": "all"},
+     "repetition_penalty_scope"),
 ])
 def test_capabilities_validation(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -38,22 +45,32 @@ def test_capabilities_validation(kw, match):
 
 
 class _LogitsLevel:
-    name = "planned"
+    name = "engine"
     capabilities = caps(logits_level=True, order_of_operations=("penalties", "temperature", "top_k", "top_p"))
 
     def metadata(self):
         return {}
 
-    def __call__(self, ids, dp, tp, generator=None):
+    def verify_logits(self, inputs, generator=None):
         raise AssertionError("never called")
 
 
-def test_logits_level_adapters_are_refused_and_others_pass():
+class _LogitsLevelWithoutMethod(_LogitsLevel):
+    verify_logits = None
+
+
+def test_logits_level_adapters_need_verify_logits():
     adapter = _LogitsLevel()
-    assert isinstance(adapter, SamplerAdapter)
-    with pytest.raises(NotImplementedError, match="logits-level"):
-        check_auditable(adapter)
+    assert isinstance(adapter, LogitsSamplerAdapter) and is_logits_level(adapter)
+    check_auditable(adapter)
+    assert processing_of(adapter).order == ("repetition_penalty", "frequency_penalty", "presence_penalty",
+                                            "temperature", "top_k", "top_p")
+    with pytest.raises(TypeError, match="no verify_logits"):
+        check_auditable(_LogitsLevelWithoutMethod())
     check_auditable(lambda *a: None)  # plain callables are probability level
+    assert not is_logits_level(lambda *a: None) and processing_of(lambda *a: None).is_builtin
+    with pytest.raises(TypeError, match="not callable"):
+        check_auditable(object())
 
 
 def test_probs_to_logits_keeps_zeros_exact():

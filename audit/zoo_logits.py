@@ -1,0 +1,102 @@
+"""Planted bugs and correct variants of the logits-level protocol, for self-checks.
+
+Logits-level engines process the raw target logits themselves, so their bugs are in the
+processing: penalties not re-applied per candidate prefix, a history off by one draft,
+operations in another order than declared, the prompt left out of a repetition penalty
+that should count it. ``WRONG_LOGITS`` holds one of each; ``CORRECT_LOGITS`` holds
+correct engines with different declared orders and scopes. ``tests/audit/test_zoo_logits.py``
+audits all of them: every wrong one must fail, every correct one must pass. From the
+command line: ``specexact audit --sampler specexact.audit.zoo_logits:stale_penalty_history``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
+from specexact.decoders.adapters.protocol import Capabilities, LogitsVerifyInputs
+from specexact.decoders.adapters.transformers_logits import TRANSFORMERS_PROCESSING
+from specexact.decoders.params import batch_params
+from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
+
+__all__ = ["WRONG_LOGITS", "CORRECT_LOGITS"]
+
+_PROMPT_SCOPE = LogitsProcessing(repetition_penalty_scope="prompt_and_output")
+
+
+class _HistoryBug(LogitsLevelVerifier):
+    """Correct but for the penalty histories it gives the candidate prefixes."""
+
+    def __init__(self, name: str, histories) -> None:
+        super().__init__(BUILTIN_PROCESSING, name=name)
+        self._histories = histories
+
+    def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        B, K = inputs.draft_token_ids.shape
+        V = inputs.vocab_size
+        hist = self._histories(inputs)  # [B, K+1, H']
+        params = batch_params(list(inputs.target_params), B, inputs.target_logits.device).repeat_interleave(K + 1)
+        probs = self.processing(inputs.target_logits.reshape(B * (K + 1), V), params,
+                                hist.reshape(B * (K + 1), -1), inputs.prompt_token_ids.repeat_interleave(K + 1, 0))
+        return probs.reshape(B, K + 1, V)
+
+
+def _round_start_history(inputs: LogitsVerifyInputs) -> torch.Tensor:
+    """Every prefix gets the history at the start of the round (drafts never counted)."""
+    K = inputs.num_draft_tokens
+    return inputs.output_token_ids.long()[:, None, :].expand(-1, K + 1, -1)
+
+
+def _one_draft_ahead(inputs: LogitsVerifyInputs) -> torch.Tensor:
+    """Prefix i counts drafts ``:i+1`` (the token it is predicting is already in its history)."""
+    full = candidate_histories(inputs)  # [B, K+1, H+K]
+    H = inputs.output_token_ids.shape[1]
+    K = inputs.num_draft_tokens
+    drafts = inputs.draft_token_ids.long()
+    ahead = full.clone()
+    for i in range(K):
+        ahead[:, i, H + i] = drafts[:, i]
+    return ahead
+
+
+class _Misdeclared(LogitsLevelVerifier):
+    """Applies one processing and declares another in its capabilities."""
+
+    def __init__(self, name: str, applied: LogitsProcessing, declared: LogitsProcessing) -> None:
+        super().__init__(applied, name=name)
+        self.capabilities = Capabilities(
+            max_batch_size=None, dtypes=(torch.float32, torch.float64), devices=("cpu", "cuda"),
+            randomness="generator", logits_level=True, order_of_operations=declared.order,
+            repetition_penalty_scope=declared.repetition_penalty_scope, greedy=declared.greedy,
+            notes=f"planted bug: applies {applied.to_dict()}",
+        )
+
+
+stale_penalty_history = _HistoryBug("stale_penalty_history", _round_start_history)
+"""Penalties computed once per round: the drafts before a candidate prefix are not counted."""
+
+history_one_draft_ahead = _HistoryBug("history_one_draft_ahead", _one_draft_ahead)
+"""Prefix i's penalties count one draft too many (off by one in the prefix slice)."""
+
+min_p_last_declared_builtin = _Misdeclared(
+    "min_p_last_declared_builtin",
+    applied=LogitsProcessing(order=("penalties", "temperature", "top_k", "top_p", "min_p")),
+    declared=BUILTIN_PROCESSING,
+)
+"""Min-p applied after top-p (transformers' order) while the built-in order is declared."""
+
+prompt_ignored_by_repetition = _Misdeclared(
+    "prompt_ignored_by_repetition", applied=BUILTIN_PROCESSING, declared=_PROMPT_SCOPE,
+)
+"""Declares a repetition penalty over the prompt and generated tokens, counts generated only."""
+
+builtin_order = LogitsLevelVerifier(BUILTIN_PROCESSING, name="builtin_order")
+transformers_order = LogitsLevelVerifier(TRANSFORMERS_PROCESSING, name="transformers_order")
+prompt_scope = LogitsLevelVerifier(_PROMPT_SCOPE, name="prompt_scope")
+
+WRONG_LOGITS = {v.name: v for v in (stale_penalty_history, history_one_draft_ahead,
+                                    min_p_last_declared_builtin, prompt_ignored_by_repetition)}
+"""Deliberately wrong logits-level samplers, by name."""
+
+CORRECT_LOGITS = {v.name: v for v in (builtin_order, transformers_order, prompt_scope)}
+"""Correct logits-level samplers with different declared processing, by name."""

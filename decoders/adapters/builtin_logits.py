@@ -1,0 +1,97 @@
+"""The built-in verifier behind the logits-level protocol, in any declared order.
+
+:class:`LogitsLevelVerifier` is what a correct logits-level engine does: for each
+candidate prefix ``i`` it processes the raw target logits with the row's parameters and
+the history *plus the first i drafts* (penalties re-applied per prefix), in its declared
+order of operations, then verifies with :func:`~specexact.decoders.verify`. It is the
+reference the logits-level audit is tested with, and a template for an engine's adapter
+(replace :meth:`LogitsLevelVerifier.target_probs` and the verifier by the engine's own).
+
+``specexact audit --sampler builtin-logits`` audits it in the built-in order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from specexact.decoders.params import batch_params
+from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
+from specexact.decoders.rejection_sampling import PLACEHOLDER_ID, verify
+
+from .protocol import Capabilities, LogitsVerifyInputs
+
+__all__ = ["LogitsLevelVerifier", "candidate_histories", "verify_logits_level"]
+
+
+def candidate_histories(inputs: LogitsVerifyInputs) -> torch.Tensor:
+    """The penalty histories of the γ+1 candidate prefixes.
+
+    Shape: ``[B, K+1, H + K]``, int64: entry ``i`` holds row ``b``'s generated tokens
+    then ``draft_token_ids[b, :i]``, ``-1`` elsewhere (padding is ignored by counts).
+    """
+    B, K = inputs.draft_token_ids.shape
+    drafts = inputs.draft_token_ids.long()
+    steps = torch.arange(K + 1, device=drafts.device)[:, None]  # [K+1, 1]
+    shown = torch.arange(K, device=drafts.device)[None, :] < steps  # [K+1, K]: draft j is in prefix i iff j < i
+    draft_part = torch.where(shown[None], drafts[:, None, :], PLACEHOLDER_ID)  # [B, K+1, K]
+    out = inputs.output_token_ids.long()[:, None, :].expand(B, K + 1, -1)  # [B, K+1, H]
+    return torch.cat([out, draft_part], dim=2)
+
+
+class LogitsLevelVerifier:
+    """Process raw target logits per candidate prefix, then verify (logits-level protocol).
+
+    Parameters
+    ----------
+    processing : LogitsProcessing
+        The order of operations it applies (and declares in :attr:`capabilities`).
+    verifier : callable
+        A probability-level verifier (default :func:`~specexact.decoders.verify`).
+    name : str
+        Its name in reports.
+    """
+
+    def __init__(self, processing: LogitsProcessing = BUILTIN_PROCESSING, *,
+                 verifier: Callable = verify, name: str = "builtin-logits") -> None:
+        self.processing = processing
+        self.verifier = verifier
+        self.name = name
+        self.capabilities = Capabilities(
+            max_batch_size=None,
+            dtypes=(torch.float32, torch.float64),
+            devices=("cpu", "cuda"),
+            randomness="generator",
+            logits_level=True,
+            order_of_operations=processing.order,
+            repetition_penalty_scope=processing.repetition_penalty_scope,
+            greedy=processing.greedy,
+            notes="the built-in pipeline per candidate prefix, then the built-in verify",
+        )
+
+    def metadata(self) -> dict:
+        return {"adapter": f"{__name__}:{type(self).__name__}", "library": "specexact",
+                "processing": self.processing.to_dict(), "capabilities": self.capabilities.to_dict()}
+
+    def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        """Shape: ``-> [B, K+1, V]``: the target's law after each candidate prefix."""
+        B, K = inputs.draft_token_ids.shape
+        V = inputs.vocab_size
+        hist = candidate_histories(inputs)  # [B, K+1, H+K]
+        params = batch_params(list(inputs.target_params), B, inputs.target_logits.device).repeat_interleave(K + 1)
+        probs = self.processing(inputs.target_logits.reshape(B * (K + 1), V), params,
+                                hist.reshape(B * (K + 1), -1),
+                                inputs.prompt_token_ids.repeat_interleave(K + 1, dim=0))
+        return probs.reshape(B, K + 1, V)
+
+    def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``-> LongTensor [B, K+1]`` (the ``verify`` output)."""
+        return self.verifier(inputs.draft_token_ids, inputs.draft_probs, self.target_probs(inputs), generator)
+
+    def __repr__(self) -> str:
+        return f"<LogitsLevelVerifier {self.name} order={self.processing.order}>"
+
+
+verify_logits_level = LogitsLevelVerifier()
+"""The entry point ``specexact.samplers: builtin-logits``."""

@@ -1,0 +1,175 @@
+"""Hugging Face transformers' assisted generation at the logits level.
+
+With ``do_sample=True`` and an assistant model, ``GenerationMixin._assisted_decoding``
+(1) builds its logits processors with ``GenerationMixin._get_logits_processor`` from the
+``GenerationConfig``, (2) runs them on the target logits of each candidate prefix,
+``new_logits[:, i] = logits_processor(candidate_input_ids[:, :cur_len + i], new_logits[:, i])``
+for ``i = 0..K``, and (3) verifies with ``_speculative_sampling``. This adapter runs
+transformers' own code for (1) and (3) and for every processor in (2); the loop of (2)
+is written here (it is inline in ``_assisted_decoding``, which needs a whole model),
+line for line as in the tested versions (``candidate_input_ids`` = prompt, generated
+tokens, drafts).
+
+What transformers applies, in this order (``_get_logits_processor``, the same in
+4.45.2, 4.57.6, 5.17.0 and 5.24.0): ``RepetitionPenaltyLogitsProcessor`` (over
+``input_ids``: the prompt counts), ``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
+``TopPLogitsWarper``, ``MinPLogitsWarper``. It has no presence or frequency penalty,
+and ``temperature=0`` is not sampling (assisted generation then compares argmaxes, with
+no speculative sampling), so audit cases that need those are skipped. The processors
+are built on a tiny randomly initialised GPT-2 (no download): only its
+``_get_logits_processor`` is used.
+
+Randomness: torch's global RNG, seeded once per call from the passed generator
+(:func:`~specexact.decoders.adapters.protocol.seeded_global_rng`).
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+from specexact.decoders.params import SamplingParams
+from specexact.decoders.processing import LogitsProcessing
+from specexact.decoders.rejection_sampling import PLACEHOLDER_ID
+
+from .protocol import Capabilities, LogitsVerifyInputs, probs_to_logits, seeded_global_rng
+from .transformers import TransformersSpeculativeSampling
+
+__all__ = ["TRANSFORMERS_PROCESSING", "TransformersAssistedVerification", "verify_logits_level"]
+
+TRANSFORMERS_PROCESSING = LogitsProcessing(
+    order=("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
+    repetition_penalty_scope="prompt_and_output",
+    greedy=False,
+)
+"""The order of operations of transformers' ``generate`` with ``do_sample=True``."""
+
+
+class TransformersAssistedVerification:
+    """transformers' processors per candidate prefix, then its ``_speculative_sampling``.
+
+    Parameters
+    ----------
+    function : callable, optional
+        The ``_speculative_sampling`` to wrap (default: the installed one).
+
+    Raises
+    ------
+    TypeError
+        If ``function``'s signature is not a supported variant
+        (:class:`~specexact.decoders.adapters.transformers.TransformersSpeculativeSampling`).
+    """
+
+    name = "transformers-logits"
+
+    def __init__(self, function=None) -> None:
+        self._sampling = TransformersSpeculativeSampling(function)
+        self._processors: dict[SamplingParams, object] = {}
+        self._model = None
+        self.capabilities = Capabilities(
+            max_batch_size=1,
+            dtypes=(torch.float32,),
+            devices=("cpu",),
+            randomness="global_rng",
+            logits_level=True,
+            order_of_operations=TRANSFORMERS_PROCESSING.order,
+            repetition_penalty_scope=TRANSFORMERS_PROCESSING.repetition_penalty_scope,
+            greedy=TRANSFORMERS_PROCESSING.greedy,
+            notes="logits level: transformers' own logits processors (built by _get_logits_processor) on "
+                  "each candidate prefix, then _speculative_sampling; rows one by one",
+        )
+
+    def metadata(self) -> dict:
+        meta = self._sampling.metadata()
+        meta.update({
+            "adapter": f"{__name__}:{type(self).__name__}",
+            "processors_from": "transformers.GenerationMixin._get_logits_processor",
+            "capabilities": self.capabilities.to_dict(),
+        })
+        return meta
+
+    def logits_processor(self, params: SamplingParams):
+        """transformers' ``LogitsProcessorList`` for ``params`` (cached).
+
+        Raises
+        ------
+        ValueError
+            If ``params`` needs an operation transformers does not implement (named).
+        """
+        if params in self._processors:
+            return self._processors[params]
+        bad = TRANSFORMERS_PROCESSING.unsupported(params)
+        if bad:
+            raise ValueError(f"transformers' sampling does not implement {', '.join(bad)}")
+        model = self._tiny_model()
+        config = transformers.GenerationConfig(
+            do_sample=True,
+            temperature=float(params.temperature),
+            top_k=int(params.top_k),
+            top_p=float(params.top_p),
+            min_p=float(params.min_p) if params.min_p > 0 else None,
+            repetition_penalty=float(params.repetition_penalty),
+        )
+        model._prepare_special_tokens(config, False, device="cpu")
+        processors = model._get_logits_processor(
+            generation_config=config, input_ids_seq_length=1, encoder_input_ids=None,
+            prefix_allowed_tokens_fn=None, logits_processor=transformers.LogitsProcessorList(),
+            device="cpu", model_kwargs={},
+        )
+        self._processors[params] = processors
+        return processors
+
+    def _tiny_model(self):
+        if self._model is None:
+            config = transformers.GPT2Config(vocab_size=8, n_positions=8, n_embd=4, n_layer=1, n_head=1,
+                                             bos_token_id=None, eos_token_id=None)
+            self._model = transformers.GPT2LMHeadModel(config)
+        return self._model
+
+    def processed_target_logits(self, inputs: LogitsVerifyInputs, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``row``'s ``candidate_input_ids [1, T0 + n + K]`` and its target logits after
+        transformers' processors, one candidate prefix at a time: ``new_logits [1, K+1, V]``
+        float32 (as in ``_assisted_decoding``)."""
+        K = inputs.num_draft_tokens
+        processors = self.logits_processor(inputs.target_params[row])
+        candidate_input_ids = inputs.candidate_token_ids(row).cpu()[None]  # [1, T0 + n + K]
+        cur_len = candidate_input_ids.shape[1] - K
+        new_logits = inputs.target_logits[row:row + 1].to(torch.float32).cpu().clone()  # [1, K+1, V]
+        if len(processors) > 0:
+            for i in range(K + 1):
+                new_logits[:, i, :] = processors(candidate_input_ids[:, : cur_len + i], new_logits[:, i, :])
+        return candidate_input_ids, new_logits
+
+    def verify_rows(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        """The rows one by one, on torch's global RNG as it stands: ``-> [B, K+1]``."""
+        B, K = inputs.draft_token_ids.shape
+        out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=inputs.draft_token_ids.device)
+        candidate_logits = probs_to_logits(inputs.draft_probs, torch.float32)  # [B, K, V]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # [1, V] work per call: thread hand-offs would dominate
+        try:
+            for b in range(B):
+                candidate_input_ids, new_logits = self.processed_target_logits(inputs, b)
+                valid, n_matches = self._sampling.function(candidate_input_ids, candidate_logits[b:b + 1].cpu(),
+                                                           K, new_logits, **self._sampling._extra)
+                valid = valid.reshape(-1)
+                n = int(n_matches)
+                if valid.numel() != n + 1:
+                    raise RuntimeError(f"transformers returned {valid.numel()} tokens with n_matches={n} in row {b}")
+                out[b, : n + 1] = valid.to(out.device)
+        finally:
+            torch.set_num_threads(threads)
+        return out
+
+    def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The logits-level protocol: ``-> LongTensor [B, K+1]``; one seed per call from
+        ``generator`` for torch's global RNG, restored afterwards."""
+        with seeded_global_rng(generator, inputs.target_logits.device):
+            return self.verify_rows(inputs)
+
+    def __repr__(self) -> str:
+        return f"<TransformersAssistedVerification transformers {transformers.__version__}>"
+
+
+verify_logits_level = TransformersAssistedVerification()
+"""The entry point ``specexact.samplers: transformers-logits``."""

@@ -1,0 +1,47 @@
+"""Self-check at the logits level: the default audit cases catch every planted processing
+bug and pass every correct logits-level sampler, whatever order it declares.
+
+As in test_zoo.py: 4 decoder calls per case, each run at the suite's per-check rate
+times the number of checks it runs; cases a sampler does not implement are skipped.
+"""
+
+import pytest
+
+from specexact.audit import default_cases, run_audit
+from specexact.audit.runner import checks_per_case, unsupported_reason
+from specexact.audit.zoo_logits import CORRECT_LOGITS, WRONG_LOGITS
+
+NUM_BATCHES = 4
+
+
+def checks_for(verifier):
+    return sum(checks_per_case(c) for c in default_cases() if unsupported_reason(c, verifier) is None)
+
+
+def audit(verifier, alpha):
+    return run_audit(verifier, sampler_name=verifier.name, false_fail_rate=alpha * checks_for(verifier),
+                     num_batches=NUM_BATCHES, budget_s=None, seed=0)
+
+
+# The statistical marker needs a constant: the largest number of checks any correct one runs.
+MAX_CHECKS = max(checks_for(v) for v in CORRECT_LOGITS.values())
+
+
+@pytest.mark.statistical(checks=MAX_CHECKS)
+@pytest.mark.parametrize("name", sorted(CORRECT_LOGITS))
+def test_correct_logits_level_sampler_passes(name, alpha):
+    v = CORRECT_LOGITS[name]
+    report = audit(v, alpha)
+    assert report["verdict"] == "pass", report["findings"]
+    assert report["settings"]["processing"]["order"] == list(v.processing.order)
+    skipped = {s["case"] for s in report["settings"]["skipped_cases"]}
+    assert skipped == {c.name for c in default_cases() if unsupported_reason(c, v)}
+
+
+@pytest.mark.statistical(checks=0)  # a planted bug risks only a false pass
+@pytest.mark.parametrize("name", sorted(WRONG_LOGITS))
+def test_planted_processing_bug_is_caught(name, alpha):
+    report = audit(WRONG_LOGITS[name], alpha)
+    assert report["verdict"] == "fail"
+    assert any(f["check"].startswith(("sequence_law", "accepted_length", "first_token_law", "sequences_vs_naive"))
+               for f in report["findings"])

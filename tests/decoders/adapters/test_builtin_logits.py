@@ -1,0 +1,103 @@
+"""The built-in verifier at the logits level: per-prefix histories, and that the decoder
+drives it to exactly the tokens of the probability-level path."""
+
+import pytest
+import torch
+
+from specexact.decoders import (
+    LogitsProcessing,
+    SamplingParams,
+    ToyLM,
+    ToyLMConfig,
+    check_verifier_output,
+    speculative_generate,
+)
+from specexact.decoders.adapters import LogitsVerifyInputs
+from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
+
+PARAMS = [SamplingParams(temperature=0.9, top_p=0.9, repetition_penalty=1.5),
+          SamplingParams(top_k=4, presence_penalty=0.6, frequency_penalty=0.4),
+          SamplingParams(temperature=0, repetition_penalty=1.3),
+          SamplingParams(min_p=0.1, repetition_penalty=0.7)]
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = ToyLM(ToyLMConfig(vocab_size=9, seed=4, eos_token_id=8, eos_logit=-2.0, context_strength=2.5))
+    return target, target.draft(0.6)
+
+
+def inputs(B=2, K=3, V=5):
+    ids = torch.tensor([[1, 2, 3], [4, 0, 4]])
+    return LogitsVerifyInputs(
+        draft_token_ids=ids, draft_probs=torch.full((B, K, V), 1 / V), target_logits=torch.zeros(B, K + 1, V),
+        target_params=(SamplingParams(),) * B, prompt_token_ids=torch.tensor([[0, 0], [1, 1]]),
+        output_token_ids=torch.tensor([[2, -1, -1], [3, 3, 1]]))
+
+
+def test_candidate_histories_add_one_draft_per_prefix():
+    h = candidate_histories(inputs())
+    assert h.shape == (2, 4, 6)
+    assert h[0].tolist() == [[2, -1, -1, -1, -1, -1], [2, -1, -1, 1, -1, -1],
+                             [2, -1, -1, 1, 2, -1], [2, -1, -1, 1, 2, 3]]
+    assert h[1, 3].tolist() == [3, 3, 1, 4, 0, 4]
+
+
+def test_inputs_helpers():
+    x = inputs()
+    assert (x.batch_size, x.num_draft_tokens, x.vocab_size) == (2, 3, 5)
+    assert x.num_output_tokens().tolist() == [1, 3]
+    assert x.candidate_token_ids(0).tolist() == [0, 0, 2, 1, 2, 3]
+    assert x.candidate_token_ids(1).tolist() == [1, 1, 3, 3, 1, 4, 0, 4]
+
+
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_logits_level_path_gives_the_probability_level_tokens(models, gamma):
+    """Built-in order: the decoder hands raw logits, the adapter processes them per prefix,
+    and the tokens are those of the probability-level path, bit for bit (same draws)."""
+    target, draft = models
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, 8, (64, 2), generator=g)
+    params = [PARAMS[i % 4] for i in range(64)]
+    kw = dict(num_draft_tokens=gamma, max_new_tokens=9, eos_token_id=8)
+    a = speculative_generate(target, draft, prompts, params, generator=torch.Generator().manual_seed(5), **kw)
+    b = speculative_generate(target, draft, prompts, params, generator=torch.Generator().manual_seed(5),
+                             verifier=LogitsLevelVerifier(), **kw)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.accepted_lengths, b.accepted_lengths)
+    assert (a.num_tokens < 9).any()  # EOS cuts some rows
+
+
+class Recorder(LogitsLevelVerifier):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def verify_logits(self, inputs, generator=None):
+        self.seen.append(inputs)
+        return super().verify_logits(inputs, generator)
+
+
+def test_decoder_passes_raw_logits_params_and_histories(models):
+    target, draft = models
+    rec = Recorder()
+    prompts = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    params = [PARAMS[0], PARAMS[1], PARAMS[3]]
+    speculative_generate(target, draft, prompts, params, num_draft_tokens=2, max_new_tokens=6,
+                         generator=torch.Generator().manual_seed(0), verifier=rec)
+    first, later = rec.seen[0], rec.seen[-1]
+    assert first.target_params == tuple(params) and torch.equal(first.prompt_token_ids, prompts)
+    assert first.output_token_ids.shape[0] == 3 and bool((first.output_token_ids == -1).all())
+    # Raw logits: the target's own output after the prompt, unprocessed.
+    raw = target(torch.cat([prompts, first.draft_token_ids], 1), torch.tensor([[1, 2, 3]] * 3))
+    torch.testing.assert_close(first.target_logits, raw)
+    assert bool((later.num_output_tokens() > 0).all())
+    out = rec.verify_logits(first, torch.Generator().manual_seed(0))
+    check_verifier_output(out, first.draft_token_ids, target.vocab_size)
+
+
+def test_other_orders_run_and_declare_themselves():
+    proc = LogitsProcessing(order=("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
+                            repetition_penalty_scope="prompt_and_output", greedy=False)
+    v = LogitsLevelVerifier(proc, name="hf-order")
+    assert v.capabilities.processing == proc
+    assert v.metadata()["processing"]["order"] == list(proc.order)
