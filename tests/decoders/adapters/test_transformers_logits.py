@@ -148,5 +148,6 @@ def test_no_runnable_case_is_exit_2(tmp_path, capsys):
     code = main(["audit", "--sampler", "transformers-logits", "--case", "v4-greedy-mix", "--batches", "2",
                  "--quiet", "--report-dir", str(tmp_path)])
     assert code == 2
-    assert "temperature=0 (greedy)" in capsys.readouterr().out.replace("\n", " ")
+    captured = capsys.readouterr()
+    assert "temperature=0 (greedy)" in (captured.out + captured.err).replace("\n", " ")
     assert not list(tmp_path.glob("*.json"))
