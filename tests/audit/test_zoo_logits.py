@@ -45,3 +45,25 @@ def test_planted_processing_bug_is_caught(name, alpha):
     assert report["verdict"] == "fail"
     assert any(f["check"].startswith(("sequence_law", "accepted_length", "first_token_law", "sequences_vs_naive"))
                for f in report["findings"])
+
+
+@pytest.mark.statistical(checks=0)  # planted bug: only a false pass is at stake
+def test_a_logits_level_finding_shrinks_to_a_replayable_script(alpha):
+    import contextlib
+    import io
+
+    from specexact.audit import quick_cases, resolve_sampler
+    from specexact.audit.reproduce import minimise, reproduction_script
+
+    sampler = "specexact.audit.zoo_logits:stale_penalty_history"
+    verifier, _ = resolve_sampler(sampler)
+    cases = [c for c in quick_cases() if c.name == "v7-rep-order"]
+    report = run_audit(verifier, sampler_name=sampler, cases=cases, false_fail_rate=alpha * 8,
+                       num_batches=2, budget_s=None, seed=0)
+    finding = next(f for f in report["findings"] if f["check"].startswith("sequence_law"))
+    rep = minimise(verifier, finding, seed=0, false_fail_rate=alpha, cases=cases, sampler=sampler, max_trials=5)
+    assert rep is not None and rep.batch_size < cases[0].batch_size
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(reproduction_script(rep), "<repro>", "exec"), {})
+    assert "sequence_law[class 0]: FAIL" in out.getvalue()
