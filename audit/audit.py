@@ -30,7 +30,7 @@ from specexact.decoders.adapters.protocol import is_logits_level, processing_of
 from .cases import AuditCase, default_cases
 from .journal import Journal, journal_path
 from .plan import AuditPlan, CasePlan, approx_detectable_tv, pilot_costs, plan_batches, rows_per_class
-from .runner import CaseResult, checks_per_case, run_case, unsupported_reason
+from .runner import CaseResult, checks_per_case, restrict_to_sampler, run_case
 
 __all__ = ["run_audit", "build_report", "environment", "audit_key", "SCHEMA", "SCHEMA_VERSION"]
 
@@ -393,9 +393,18 @@ def run_audit(
         case_set = "default" if cases is None else "custom"
     all_cases = list(default_cases() if cases is None else cases)
     # A logits-level sampler that does not implement an operation (e.g. no presence
-    # penalty) cannot be audited on a case that needs it: skip the case, say why.
-    skipped = [{"case": c.name, "reason": r} for c in all_cases if (r := unsupported_reason(c, verifier))]
-    all_cases = [c for c in all_cases if c.name not in {s["case"] for s in skipped}]
+    # penalty) cannot be audited on a class that needs it: drop the class (the whole case
+    # when no class is left), say why.
+    skipped, runnable = [], []
+    for c in all_cases:
+        restricted, reason = restrict_to_sampler(c, verifier)
+        if reason is not None:
+            kept = [] if restricted is None else [restricted.class_id(i) for i in range(len(restricted.row_classes))]
+            skipped.append({"case": c.name, "reason": reason,
+                            "classes": [c.class_id(i) for i in range(len(c.row_classes)) if c.class_id(i) not in kept]})
+        if restricted is not None:
+            runnable.append(restricted)
+    all_cases = runnable
     if not all_cases:
         raise ValueError("no audit case can drive this sampler: "
                          + "; ".join(f"{s['case']}: {s['reason']}" for s in skipped))

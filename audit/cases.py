@@ -9,7 +9,8 @@ several rounds (bugs past the γ-th token or in later rounds show).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Sequence
 
 import torch
 
@@ -55,6 +56,10 @@ class AuditCase:
         True: the sequence law is enumerated and checked exactly (small ``V ** length``).
         False: the first token is checked against its exact law and the sequences against
         naive samples (two-sample).
+    class_ids : tuple of int, optional
+        The classes' numbers in check names (``sequence_law[class 2]``); default
+        ``0..C-1``. A case restricted to some of its classes (:meth:`restricted`) keeps
+        the original numbers, so a check means the same class in every report.
     """
 
     name: str
@@ -68,6 +73,7 @@ class AuditCase:
     description: str = ""
     weight: float = 1.0
     tags: tuple[str, ...] = field(default_factory=tuple)
+    class_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         C = len(self.row_classes)
@@ -81,6 +87,32 @@ class AuditCase:
         plens = {len(rc.prompt) for rc in self.row_classes}
         if len(plens) != 1:
             raise ValueError(f"case {self.name!r}: prompts must have one length, got {sorted(plens)}")
+        if self.class_ids is not None and len(self.class_ids) != C:
+            raise ValueError(f"case {self.name!r}: class_ids has {len(self.class_ids)} entries for {C} classes")
+
+    def class_id(self, c: int) -> int:
+        """The number of class ``c`` (its index in ``row_classes``) in check names."""
+        return c if self.class_ids is None else self.class_ids[c]
+
+    def restricted(self, keep: Sequence[int]) -> "AuditCase":
+        """The case with only the classes of indices ``keep`` (ascending), the same name
+        and seed, and the batch size rounded down to a multiple of ``4 * len(keep)``.
+
+        Raises
+        ------
+        ValueError
+            If ``keep`` is empty, unsorted, repeats or is out of range.
+        """
+        keep = tuple(int(c) for c in keep)
+        C = len(self.row_classes)
+        if not keep or list(keep) != sorted(set(keep)) or keep[0] < 0 or keep[-1] >= C:
+            raise ValueError(f"keep must be ascending distinct class indices in [0, {C}), got {keep!r}")
+        if len(keep) == C:
+            return self
+        step = 4 * len(keep)
+        return replace(self, row_classes=tuple(self.row_classes[c] for c in keep),
+                       class_ids=tuple(self.class_id(c) for c in keep),
+                       batch_size=max(step, self.batch_size // step * step))
 
     @property
     def eos_token_id(self) -> int | None:
@@ -211,7 +243,5 @@ def default_cases() -> list[AuditCase]:
 
 def quick_cases() -> list[AuditCase]:
     """A small subset for fast tests: the exact cases with smaller batches."""
-    from dataclasses import replace
-
     return [replace(c, batch_size=c.batch_size // 4 if c.exact else c.batch_size)
             for c in default_cases() if c.exact]

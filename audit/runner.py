@@ -45,7 +45,7 @@ from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .cases import AuditCase
 
-__all__ = ["CaseResult", "run_case", "unsupported_reason", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
+__all__ = ["CaseResult", "run_case", "unsupported_reason", "restrict_to_sampler", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
 
 MIN_EXPECTED = 200.0
 """Smallest expected count of a bin in the audit's chi-square checks."""
@@ -163,9 +163,10 @@ def run_case(
     """
     if (num_batches is None) == (time_budget_s is None):
         raise ValueError("give exactly one of num_batches and time_budget_s")
-    reason = unsupported_reason(case, verifier)
-    if reason is not None:
+    runnable, reason = restrict_to_sampler(case, verifier)
+    if runnable is None:
         raise ValueError(f"case {case.name!r} cannot audit this sampler: {reason}")
+    case = runnable
     processing = processing_of(verifier)
     start = time.perf_counter()
     result = CaseResult(case=case, seed=case_seed(seed, case))
@@ -221,12 +222,27 @@ def run_case(
 
 
 def unsupported_reason(case: AuditCase, verifier) -> str | None:
-    """Why ``case`` cannot audit ``verifier`` (a logits-level sampler whose declared
-    operations do not cover a row class's target parameters), or ``None``."""
+    """Why some classes of ``case`` cannot audit ``verifier`` (a logits-level sampler whose
+    declared operations do not cover their target parameters), or ``None``."""
     processing = processing_of(verifier)
-    missing = [f"class {c}: {', '.join(bad)}" for c, rc in enumerate(case.row_classes)
+    missing = [f"class {case.class_id(c)}: {', '.join(bad)}" for c, rc in enumerate(case.row_classes)
                if (bad := processing.unsupported(rc.target_params))]
     return f"the sampler does not implement {'; '.join(missing)}" if missing else None
+
+
+def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, str | None]:
+    """``case`` without the classes ``verifier`` cannot run, and why they were dropped.
+
+    Returns ``(case, None)`` when every class runs, ``(restricted case, reason)`` when some
+    do (:meth:`AuditCase.restricted`: same name and seed, original class numbers), and
+    ``(None, reason)`` when none does.
+    """
+    processing = processing_of(verifier)
+    keep = [c for c, rc in enumerate(case.row_classes) if not processing.unsupported(rc.target_params)]
+    reason = unsupported_reason(case, verifier)
+    if not keep:
+        return None, reason
+    return case.restricted(keep), reason
 
 
 def _pair_checks(codes: np.ndarray, alpha: float, label: str) -> list[CheckResult]:
@@ -257,7 +273,7 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
     alpha_chi2 = alpha / CHI2_TAIL_INFLATION
     C = len(case.row_classes)
     rc = case.row_classes[c]
-    label = f"class {c}"
+    label = f"class {case.class_id(c)}"
     prompt = torch.tensor(rc.prompt, dtype=torch.int64)
     toks = all_tokens[:, c::C]  # [nb, R, L]
     nb, R, L = toks.shape

@@ -139,6 +139,13 @@ def _print_table(report: dict) -> None:
     out.print(table)
 
 
+def _skipped_what(entry: dict) -> str:
+    """``"v6-trunc-penalties classes 1, 2"`` for a skipped-classes entry of a report."""
+    classes = entry.get("classes") or []
+    return entry["case"] + (f" class{'es' if len(classes) > 1 else ''} {', '.join(map(str, classes))}"
+                            if classes else "")
+
+
 def _write(report: dict, args, console, stem: str) -> dict:
     from rich.markup import escape
 
@@ -155,7 +162,7 @@ def _write(report: dict, args, console, stem: str) -> dict:
         console.print(f"logits-level sampler: reference laws use its declared order {' > '.join(proc['order'])} "
                       f"(repetition penalty over {proc['repetition_penalty_scope'].replace('_', ' ')})")
     for sk in report["settings"].get("skipped_cases") or []:
-        console.print(f"[yellow]skipped[/] {escape(sk['case'])}: {escape(sk['reason'])}")
+        console.print(f"[yellow]skipped[/] {escape(_skipped_what(sk))}: {escape(sk['reason'])}")
     for f in report["findings"]:
         console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}")
         console.print(f"  reproduce: {escape(f['reproduction']['command'])}")
@@ -242,10 +249,11 @@ def _audit(args) -> int:
     except (SamplerError, ValueError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_ERROR
-    from specexact.audit.runner import unsupported_reason
+    from specexact.audit.runner import restrict_to_sampler
 
-    reasons = [f"{c.name}: {r}" for c in cases if (r := unsupported_reason(c, verifier))]
-    if len(reasons) == len(cases):
+    restricted = [(c, *restrict_to_sampler(c, verifier)) for c in cases]
+    reasons = [f"{c.name}: {r}" for c, _, r in restricted if r is not None]
+    if all(rc is None for _, rc, _ in restricted):
         console.print(f"[red]error:[/] no selected case can audit {escape(args.sampler)}: {escape('; '.join(reasons))}")
         return EXIT_ERROR
 

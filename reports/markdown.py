@@ -79,7 +79,9 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
                      f"{' → '.join(_code(op) for op in proc['order'])}; repetition penalty over "
                      f"{proc['repetition_penalty_scope'].replace('_', ' ')}; greedy {'supported' if proc['greedy'] else 'not supported'}")
     for sk in s.get("skipped_cases") or []:
-        lines.append(f"- skipped case {_cell(sk['case'])}: {_cell(sk['reason'])}")
+        classes = sk.get("classes") or []
+        lines.append(f"- skipped: {_cell(sk['case'])} class{'es' if len(classes) > 1 else ''} "
+                     f"{', '.join(map(str, classes))}: {_cell(sk['reason'])}")
     if report.get("resumed_cases"):
         lines.append(f"- resumed from a journal: {', '.join(_cell(c) for c in report['resumed_cases'])} "
                      "finished in an earlier, interrupted run")

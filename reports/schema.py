@@ -219,10 +219,12 @@ REPORT_SCHEMA: dict[str, Any] = {
                     },
                 },
                 "skipped_cases": {
-                    "description": "cases left out because the sampler does not implement an operation they need",
+                    "description": "row classes left out because the sampler does not implement an operation "
+                                   "they need (the whole case when no class is left)",
                     "type": "array",
-                    "items": {"type": "object", "required": ["case", "reason"],
-                              "properties": {"case": {"type": "string"}, "reason": {"type": "string"}}},
+                    "items": {"type": "object", "required": ["case", "reason", "classes"],
+                              "properties": {"case": {"type": "string"}, "reason": {"type": "string"},
+                                             "classes": {"type": "array", "items": {"type": "integer"}}}},
                 },
             },
         },

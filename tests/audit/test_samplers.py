@@ -158,3 +158,20 @@ def test_transformers_entry_point_without_transformers_is_exit_2_material(monkey
     monkeypatch.delitem(sys.modules, "specexact.decoders.adapters.transformers", raising=False)
     with pytest.raises(SamplerError, match=r"cannot load sampler 'transformers'.*specexact\[thirdparty\]"):
         resolve_sampler("transformers")
+
+
+def test_restricted_case_keeps_name_seed_and_class_numbers():
+    from specexact.audit import default_cases
+    from specexact.audit.runner import case_seed, checks_per_case
+
+    case = next(c for c in default_cases() if c.name == "v6-trunc-penalties")
+    r = case.restricted([0, 2])
+    assert r.name == case.name and case_seed(0, r) == case_seed(0, case)
+    assert r.class_ids == (0, 2) and r.row_classes == (case.row_classes[0], case.row_classes[2])
+    assert r.batch_size % 8 == 0 and r.batch_size <= case.batch_size
+    assert checks_per_case(r) * 3 == checks_per_case(case) * 2
+    assert r.restricted([1]).class_ids == (2,)
+    assert case.restricted([0, 1, 2]) is case
+    for bad in ([], [2, 0], [0, 0], [3]):
+        with pytest.raises(ValueError, match="keep must be"):
+            case.restricted(bad)

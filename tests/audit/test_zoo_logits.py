@@ -2,20 +2,20 @@
 bug and pass every correct logits-level sampler, whatever order it declares.
 
 As in test_zoo.py: 4 decoder calls per case, each run at the suite's per-check rate
-times the number of checks it runs; cases a sampler does not implement are skipped.
+times the number of checks it runs; classes a sampler does not implement are dropped.
 """
 
 import pytest
 
 from specexact.audit import default_cases, run_audit
-from specexact.audit.runner import checks_per_case, unsupported_reason
+from specexact.audit.runner import checks_per_case, restrict_to_sampler
 from specexact.audit.zoo_logits import CORRECT_LOGITS, WRONG_LOGITS
 
 NUM_BATCHES = 4
 
 
 def checks_for(verifier):
-    return sum(checks_per_case(c) for c in default_cases() if unsupported_reason(c, verifier) is None)
+    return sum(checks_per_case(r) for c in default_cases() if (r := restrict_to_sampler(c, verifier)[0]) is not None)
 
 
 def audit(verifier, alpha):
@@ -35,7 +35,8 @@ def test_correct_logits_level_sampler_passes(name, alpha):
     assert report["verdict"] == "pass", report["findings"]
     assert report["settings"]["processing"]["order"] == list(v.processing.order)
     skipped = {s["case"] for s in report["settings"]["skipped_cases"]}
-    assert skipped == {c.name for c in default_cases() if unsupported_reason(c, v)}
+    assert skipped == {c.name for c in default_cases() if restrict_to_sampler(c, v)[1] is not None}
+    assert report["settings"]["num_checks"] == checks_for(v)
 
 
 @pytest.mark.statistical(checks=0)  # a planted bug risks only a false pass

@@ -9,7 +9,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case, unsupported_reason  # noqa: E402
+from specexact.audit.runner import checks_per_case, restrict_to_sampler, unsupported_reason  # noqa: E402
 from specexact.cli import main  # noqa: E402
 from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig, check_verifier_output, speculative_generate  # noqa: E402
 from specexact.decoders.adapters import Capabilities, LogitsSamplerAdapter, LogitsVerifyInputs  # noqa: E402
@@ -97,16 +97,18 @@ def test_decoder_drives_it_and_output_keeps_the_protocol():
 
 
 QUICK = quick_cases()
-RUN = [c for c in QUICK if unsupported_reason(c, verify_logits_level) is None]
+RUN = [r for c in QUICK if (r := restrict_to_sampler(c, verify_logits_level)[0]) is not None]
 RUN_CHECKS = sum(checks_per_case(c) for c in RUN)
 
 
-def test_cases_it_cannot_run_are_named():
-    skipped = {c.name for c in QUICK} - {c.name for c in RUN}
-    assert skipped == {"v6-trunc-penalties", "v4-greedy-mix"}
-    assert "presence_penalty" in unsupported_reason(next(c for c in QUICK if c.name == "v6-trunc-penalties"),
-                                                    verify_logits_level)
-    assert {"v7-rep-order", "v8-plain", "v12-eos-cut"} <= {c.name for c in RUN}
+def test_classes_it_cannot_run_are_dropped_and_named():
+    by_name = {c.name: c for c in RUN}
+    assert set(by_name) == {c.name for c in QUICK}  # every quick case keeps a class it can run
+    v6 = by_name["v6-trunc-penalties"]
+    assert v6.class_ids == (0,) and v6.row_classes[0].target_params.repetition_penalty == 1.5
+    assert by_name["v4-greedy-mix"].class_ids == (1, 2) and by_name["v8-plain"].class_ids is None
+    reason = unsupported_reason(next(c for c in QUICK if c.name == "v6-trunc-penalties"), verify_logits_level)
+    assert "class 1: presence_penalty=0.7" in reason and "class 2: frequency_penalty=0.5" in reason
 
 
 @pytest.mark.statistical(checks=RUN_CHECKS)
@@ -118,10 +120,15 @@ def test_transformers_logits_passes_the_quick_audit_and_reports_skips(alpha, tmp
     assert report["verdict"] == "pass", report["findings"]
     assert report["settings"]["num_checks"] == RUN_CHECKS
     assert report["settings"]["processing"] == {"level": "logits", **TRANSFORMERS_PROCESSING.to_dict()}
-    assert {s["case"] for s in report["settings"]["skipped_cases"]} == {"v6-trunc-penalties", "v4-greedy-mix"}
+    skipped = {s["case"]: s["classes"] for s in report["settings"]["skipped_cases"]}
+    assert skipped == {"v6-trunc-penalties": [1, 2], "v4-greedy-mix": [0]}
+    # Check names keep the original class numbers.
+    names = {(c["case"], c["name"]) for c in report["checks"]}
+    assert ("v6-trunc-penalties", "sequence_law[class 0]") in names
+    assert ("v4-greedy-mix", "sequence_law[class 2]") in names and ("v4-greedy-mix", "sequence_law[class 0]") not in names
     assert report["sampler"]["metadata"]["version"] == transformers.__version__
     md = next(tmp_path.glob("audit-transformers-logits-*.md")).read_text()
-    assert "skipped case v6-trunc-penalties" in md and "declared order" in md
+    assert "skipped: v6-trunc-penalties classes 1, 2" in md and "declared order" in md
 
 
 class _DeclaresBuiltin(TransformersAssistedVerification):
@@ -144,7 +151,11 @@ def test_a_wrong_declared_order_fails_the_audit(alpha):
     assert any(f["check"].startswith("sequence_law") for f in report["findings"])
 
 
-def test_no_runnable_case_is_exit_2(tmp_path, capsys):
+def test_no_runnable_case_is_exit_2(tmp_path, capsys, monkeypatch):
+    from specexact.audit import cases as cases_module
+
+    greedy_only = [c.restricted([0]) for c in cases_module.default_cases() if c.name == "v4-greedy-mix"]
+    monkeypatch.setattr("specexact.audit.default_cases", lambda: greedy_only)
     code = main(["audit", "--sampler", "transformers-logits", "--case", "v4-greedy-mix", "--batches", "2",
                  "--quiet", "--report-dir", str(tmp_path)])
     assert code == 2
