@@ -29,7 +29,7 @@ from specexact.decoders.adapters.protocol import is_logits_level, processing_of
 
 from .cases import AuditCase, default_cases
 from .journal import Journal, journal_path
-from .plan import AuditPlan, CasePlan, approx_detectable_tv, pilot_costs, plan_batches, rows_per_class
+from .plan import MIN_BATCHES, AuditPlan, CasePlan, approx_detectable_tv, pilot_costs, plan_batches, rows_per_class
 from .runner import CaseResult, checks_per_case, restrict_to_sampler, run_case
 
 __all__ = ["run_audit", "build_report", "environment", "audit_key", "SCHEMA", "SCHEMA_VERSION"]
@@ -530,7 +530,14 @@ def run_audit(
                 "planned_batches": cp.planned_batches, "planned_detectable_tv": cp.planned_detectable_tv,
                 "planned_time_s": cp.planned_time_s, "elapsed_s": elapsed()})
         if mode == "budget":
-            share = max((cp.planned_batches - 0.5) * cp.seconds_per_batch, 1e-3)
+            share = (cp.planned_batches - 0.5) * cp.seconds_per_batch
+            # Never more than the time left after the later cases' minimum. A no-op when the
+            # plan fits; it matters when the prediction is far off (a sampler much slower,
+            # relative to the pilot's verifier, on earlier cases than on this one), which
+            # would otherwise stretch the case past the budget.
+            left = budget_s - elapsed() - overhead() * len(remaining) - sum(
+                MIN_BATCHES * cost_of[c.name] * speed() for c in remaining[1:])
+            share = max(min(share, left), 1e-3)
             kwargs = {"num_batches": None, "time_budget_s": share}
         else:
             kwargs = {"num_batches": num_batches, "time_budget_s": None}

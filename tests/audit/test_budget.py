@@ -113,3 +113,26 @@ def test_budget_audit_plans_shows_progress_and_stops_on_time(one_thread):
 def test_budget_must_be_positive():
     with pytest.raises(ValueError):
         run_audit(verify, cases=quick_cases()[:1], budget_s=0)
+
+
+class _SlowOnV8:
+    """Correct, but 3 s per call on V=8 only: the pilot (built-in verifier) cannot see it,
+    so the speed ratio measured on v8-plain predicts v12-eos-cut far too slow."""
+
+    def __call__(self, ids, draft_probs, target_probs, generator=None):
+        import time
+
+        if draft_probs.shape[-1] == 8:
+            time.sleep(3.0)
+        return verify(ids, draft_probs, target_probs, generator)
+
+
+@pytest.mark.statistical(checks=16)
+def test_a_case_never_gets_more_than_the_time_left(one_thread, alpha):
+    cases = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
+    report = run_audit(_SlowOnV8(), cases=cases, budget_s=4.0, false_fail_rate=alpha * 16)
+    assert report["verdict"] == "pass", report["findings"]
+    v12 = next(c for c in report["cases"] if c["name"] == "v12-eos-cut")
+    # Predicted ~3 s per call, so the plan gives it its minimum; with no time left it
+    # stops after those 2 calls instead of sampling for 1.5 predicted calls' time (~4.5 s).
+    assert v12["num_batches"] == MIN_BATCHES and v12["execution"]["sampling_time_s"] < 1.5
