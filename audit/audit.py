@@ -434,7 +434,7 @@ def run_audit(
         if mode == "budget":
             status({"event": "pilot", "num_cases": len(run_cases)})
             tp = time.perf_counter()
-            costs = pilot_costs(run_cases, dev)
+            costs = pilot_costs(run_cases, dev, verifier=None if isolate else verifier)
             pilot_s = time.perf_counter() - tp
         return {"started_at": _now(), "costs": costs, "pilot_s": pilot_s,
                 "cases": [c.name for c in run_cases], "sampler": sampler_name}

@@ -271,33 +271,50 @@ def plan_batches(
     return best, worst(best), True
 
 
-def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu") -> list[float]:
+def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None) -> list[float]:
     """Seconds of one decoder call of every case (naive sampling included for two-sample
-    cases), measured with the built-in verifier. The samples are discarded."""
-    from specexact.decoders import naive_generate, speculative_generate, verify
+    cases). The samples are discarded.
 
+    ``verifier`` is the sampler under audit (default: the built-in verifier). Timing the
+    audited sampler itself matters for third-party ones, whose cost can scale with rows,
+    vocabulary and γ quite unlike the built-in's. A case on which it raises is timed with
+    the built-in verifier instead (the audit records the crash when the case runs).
+    """
+    from specexact.decoders import naive_generate, speculative_generate, verify
+    from specexact.decoders.adapters.protocol import processing_of
+
+    chosen = verify if verifier is None else verifier
     dev = torch.device(device)
+
+    def one_call(case: AuditCase, rows: int | None, v) -> None:
+        target, draft = case.models(dev)
+        prompts, t_params, d_params = case.batch(dev)
+        if rows is not None:
+            prompts, t_params, d_params = prompts[:rows], t_params[:rows], d_params[:rows]
+        speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
+                             max_new_tokens=case.length, generator=torch.Generator(device=dev).manual_seed(0),
+                             eos_token_id=case.eos_token_id, verifier=v)
+
     costs = []
     if cases:  # untimed warm-up: the first call of a process pays one-time set-up costs
         case = cases[0]
-        rows = 4 * len(case.row_classes)
-        target, draft = case.models(dev)
-        prompts, t_params, d_params = case.batch(dev)
-        speculative_generate(target, draft, prompts[:rows], t_params[:rows], d_params[:rows],
-                             num_draft_tokens=case.num_draft_tokens, max_new_tokens=case.length,
-                             generator=torch.Generator(device=dev).manual_seed(0), eos_token_id=case.eos_token_id,
-                             verifier=verify)
+        try:
+            one_call(case, 4 * len(case.row_classes), chosen)
+        except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
+            one_call(case, 4 * len(case.row_classes), verify)
     for case in cases:
-        target, draft = case.models(dev)
-        prompts, t_params, d_params = case.batch(dev)
-        gen = torch.Generator(device=dev).manual_seed(0)
         t0 = time.perf_counter()
-        speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
-                             max_new_tokens=case.length, generator=gen, eos_token_id=case.eos_token_id,
-                             verifier=verify)
+        try:
+            one_call(case, None, chosen)
+        except Exception:  # noqa: BLE001
+            t0 = time.perf_counter()
+            one_call(case, None, verify)
         if not case.exact:
-            naive_generate(target, prompts, t_params, max_new_tokens=case.length, generator=gen,
-                           eos_token_id=case.eos_token_id)
+            target, _ = case.models(dev)
+            prompts, t_params, _ = case.batch(dev)
+            naive_generate(target, prompts, t_params, max_new_tokens=case.length,
+                           generator=torch.Generator(device=dev).manual_seed(1), eos_token_id=case.eos_token_id,
+                           processing=None if verifier is None else processing_of(verifier))
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         costs.append(max(time.perf_counter() - t0, 1e-4))

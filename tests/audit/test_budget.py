@@ -115,24 +115,54 @@ def test_budget_must_be_positive():
         run_audit(verify, cases=quick_cases()[:1], budget_s=0)
 
 
-class _SlowOnV8:
-    """Correct, but 3 s per call on V=8 only: the pilot (built-in verifier) cannot see it,
-    so the speed ratio measured on v8-plain predicts v12-eos-cut far too slow."""
+class _SlowOnV8AfterThePlan:
+    """Correct, but 0.5 s per verifier call on V=8 once the audit has planned (as if the
+    machine got busy): the speed measured on v8-plain then predicts v12-eos-cut far too
+    slow."""
+
+    def __init__(self):
+        self.slow = False
+
+    def on_status(self, event):
+        if event["event"] == "plan":
+            self.slow = True
 
     def __call__(self, ids, draft_probs, target_probs, generator=None):
         import time
 
-        if draft_probs.shape[-1] == 8:
-            time.sleep(3.0)
+        if self.slow and draft_probs.shape[-1] == 8:
+            time.sleep(0.5)
         return verify(ids, draft_probs, target_probs, generator)
 
 
 @pytest.mark.statistical(checks=16)
 def test_a_case_never_gets_more_than_the_time_left(one_thread, alpha):
     cases = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
-    report = run_audit(_SlowOnV8(), cases=cases, budget_s=4.0, false_fail_rate=alpha * 16)
+    sampler = _SlowOnV8AfterThePlan()
+    report = run_audit(sampler, cases=cases, budget_s=4.0, false_fail_rate=alpha * 16, on_status=sampler.on_status)
     assert report["verdict"] == "pass", report["findings"]
     v12 = next(c for c in report["cases"] if c["name"] == "v12-eos-cut")
-    # Predicted ~3 s per call, so the plan gives it its minimum; with no time left it
-    # stops after those 2 calls instead of sampling for 1.5 predicted calls' time (~4.5 s).
-    assert v12["num_batches"] == MIN_BATCHES and v12["execution"]["sampling_time_s"] < 1.5
+    # Predicted about as slow as v8-plain turned out, the plan gives it its minimum; with no
+    # time left it stops after those 2 calls instead of sampling for 1.5 predicted calls' time.
+    assert v12["num_batches"] == MIN_BATCHES and v12["execution"]["sampling_time_s"] < 1.0
+
+
+def test_the_pilot_times_the_sampler_under_audit_and_survives_its_crash():
+    from specexact.audit.plan import pilot_costs
+
+    cases = [c for c in quick_cases() if c.name == "v12-eos-cut"]
+
+    def slow(ids, draft_probs, target_probs, generator=None):
+        import time
+
+        time.sleep(0.2)
+        return verify(ids, draft_probs, target_probs, generator)
+
+    def crash(*args):
+        raise RuntimeError("boom")
+
+    (builtin,) = pilot_costs(cases)
+    (slowed,) = pilot_costs(cases, verifier=slow)
+    (crashed,) = pilot_costs(cases, verifier=crash)
+    assert slowed >= 0.2 > builtin  # at least one verifier call per decoder call
+    assert 0 < crashed < 0.2
