@@ -23,17 +23,17 @@ PROFILES = {
     # The grid (about 10 minutes on a busy 2-core machine; less on a quiet one).
     "full": dict(vocabs=verifier.VOCABS, ks=verifier.KS, batches=verifier.BATCHES, repeats=5,
                  dec_V=decoder.VOCAB, dec_batches=decoder.BATCHES, dec_gammas=decoder.GAMMAS, dec_new=32,
-                 mem_B=4096, mem_V=32000, mem_gammas=(1, 4), mem_proposed=True, mem_probe=256, audit_batches=4,
+                 mem_B=4096, mem_V=32000, mem_gammas=(1, 4), mem_reference=True, mem_probe=256, audit_batches=4,
                  goal_V=32000, goal_repeats=3),
     # A subset (about 3 minutes on a busy 2-core machine).
     "quick": dict(vocabs={"1k": 1000, "32k": 32000}, ks=(1, 4), batches=(1, 64, 1024), repeats=3,
                   dec_V=decoder.VOCAB, dec_batches=(64,), dec_gammas=(1, 4), dec_new=16,
-                  mem_B=4096, mem_V=32000, mem_gammas=(1,), mem_proposed=False, mem_probe=256, audit_batches=2,
+                  mem_B=4096, mem_V=32000, mem_gammas=(1,), mem_reference=False, mem_probe=256, audit_batches=2,
                   goal_V=32000, goal_repeats=2),
     # Tiny sizes: checks that everything runs (tests/benchmarks); the numbers mean nothing.
     "smoke": dict(vocabs={"1k": 1000, "5k": 5000}, ks=(1, 2), batches=(1, 3), repeats=1,
                   dec_V=300, dec_batches=(2,), dec_gammas=(1, 2), dec_new=5,
-                  mem_B=8, mem_V=300, mem_gammas=(1,), mem_proposed=False, mem_probe=8, audit_batches=2,
+                  mem_B=8, mem_V=300, mem_gammas=(1,), mem_reference=False, mem_probe=8, audit_batches=2,
                   goal_V=1000, goal_repeats=1),
 }
 
@@ -60,7 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tf-rows", type=int, default=256,
                     help="at most this many rows through transformers per cell (its per-row cost is B-independent)")
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers side-by-side")
-    ap.add_argument("--no-proposed", action="store_true", help="skip benchmarks/proposed_verify.py")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip verify_reference (the readable reference of verify) in the verifier and memory sections")
     args = ap.parse_args(argv)
     unknown = set(args.only.split(",")) - set(SECTIONS)
     if unknown:
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
         section("verifier", "verifier throughput vs copy, and side by side with transformers / vLLM")
         r = verifier.run(vocabs=prof["vocabs"], ks=prof["ks"], batches=prof["batches"], device=device,
                          cap_bytes=cap, repeats=prof["repeats"], tf_rows=args.tf_rows,
-                         proposed=not args.no_proposed, transformers=not args.no_transformers,
+                         reference=not args.no_reference, transformers=not args.no_transformers,
                          max_time_s=3.0 if profile_name == "full" else 1.0)
         results["verifier"] = verifier.to_json(r)
         parts.append(verifier.markdown(r))
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
         section("memory", f"peak memory at B={prof['mem_B']}, V={prof['mem_V']} (fresh subprocesses)")
         mem = decoder.run_memory(B=prof["mem_B"], V=prof["mem_V"], probe_B=prof["mem_probe"], device=device,
                                  configs=decoder.memory_configs(prof["mem_gammas"],
-                                                                proposed=prof["mem_proposed"] and not args.no_proposed),
+                                                                reference=prof["mem_reference"] and not args.no_reference),
                                  cap_bytes=cap)
         results["memory"] = mem
         done("memory")

@@ -145,8 +145,8 @@ def _memory_worker(args) -> dict:
     if args.decoder == "naive":
         naive_generate(target, p, PARAMS, max_new_tokens=args.max_new_tokens, generator=g)
     else:
-        if args.verifier == "proposed":
-            from .proposed_verify import verify as chosen
+        if args.verifier == "reference":
+            from specexact.decoders.rejection_sampling import verify_reference as chosen
         else:
             from specexact.decoders import verify as chosen
         speculative_generate(target, draft, p, PARAMS, num_draft_tokens=args.gamma,
@@ -177,14 +177,14 @@ def measure_peak(decoder: str, B: int, V: int, gamma: int | None, max_new_tokens
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def memory_configs(gammas=(1, 4), proposed: bool = True) -> list[tuple[str, int | None, str]]:
+def memory_configs(gammas=(1, 4), reference: bool = True) -> list[tuple[str, int | None, str]]:
     """(decoder, gamma, verifier) triples: naive, then speculative per gamma with the package's
-    verify and, beside it, the proposed one (benchmarks/proposed_verify.py)."""
+    verify and, beside it, its readable reference ``verify_reference``."""
     out = [("naive", None, "specexact")]
     for g in gammas:
         out.append(("speculative", g, "specexact"))
-        if proposed:
-            out.append(("speculative", g, "proposed"))
+        if reference:
+            out.append(("speculative", g, "reference"))
     return out
 
 
@@ -285,7 +285,8 @@ def markdown_memory(memory: dict) -> str:
     return "\n".join(["### Peak memory (one decoder call in a fresh subprocess)", "",
                       "Peak above setup = peak minus the process's memory after building the models and "
                       "prompts; the estimate is the line through two small-B probes, taken at B (runs "
-                      "whose estimate exceeds the cap are skipped). `proposed` = benchmarks/proposed_verify.py.",
+                      "whose estimate exceeds the cap are skipped). verify `reference` = "
+                      "`specexact.decoders.rejection_sampling.verify_reference`.",
                       "", markdown_table(["decoder", "gamma", "verify", "B", "V", "new tokens", "peak above setup",
                                           "process peak", "estimate from probe", "measure / status"], mrows)])
 
@@ -300,7 +301,7 @@ def _main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=4)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--verifier", choices=["specexact", "proposed"], default="specexact")
+    ap.add_argument("--verifier", choices=["specexact", "reference"], default="specexact")
     args = ap.parse_args(argv)
     print(json.dumps(_memory_worker(args)))
     return 0

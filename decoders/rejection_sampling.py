@@ -6,76 +6,34 @@ The protocol is how the built-in decoder and any third-party verifier plug into 
            draft_probs: FloatTensor[B, K, V],
            target_probs: FloatTensor[B, K + 1, V],
            generator: torch.Generator | None) -> LongTensor[B, K + 1]
+
+- :func:`verify_reference`: the algorithm, one ``[B, V]`` operation at a time;
+- :func:`verify`: the same output from the same generator state, leaving the generator in
+  the same state and raising the same errors (``tests/decoders/test_verify_fast.py``), at
+  a fraction of the cost on CPU: a cache-blocked input check
+  (:mod:`~specexact.decoders.verify_inputs`) and a residual draw that reads only the
+  stopping rows (:mod:`~specexact.decoders.residual_sampling`). On other devices it runs
+  the reference, whose ``[B, V]`` temporaries are cheap there.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .sampling import sample_from_probs, uniform
+from .residual_sampling import sample_last_tokens
+from .sampling import sample_from_probs_reference, uniform
+from .verify_inputs import validate_verify_inputs, validate_verify_inputs_reference
 
-__all__ = ["verify", "validate_verify_inputs", "PLACEHOLDER_ID"]
+__all__ = [
+    "PLACEHOLDER_ID",
+    "validate_verify_inputs",
+    "validate_verify_inputs_reference",
+    "verify",
+    "verify_reference",
+]
 
 PLACEHOLDER_ID = -1
 """Fills the positions of the output after the last emitted token."""
-
-
-def validate_verify_inputs(
-    draft_token_ids: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor
-) -> None:
-    """Check the shapes, dtypes and values of the ``verify`` inputs.
-
-    Raises
-    ------
-    TypeError
-        If a tensor has the wrong dtype kind (ids must be integer, probabilities floating).
-    ValueError
-        On an empty batch, ``K == 0``, mismatched shapes or vocabularies, ids outside
-        ``[0, V)``, NaN / infinite / negative probabilities, or a probability row with no
-        positive mass. The message names the argument and the offending value.
-    """
-    for name, t in (("draft_token_ids", draft_token_ids), ("draft_probs", draft_probs),
-                    ("target_probs", target_probs)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if draft_token_ids.dim() != 2:
-        raise ValueError(f"draft_token_ids must have shape [B, K], got {tuple(draft_token_ids.shape)}")
-    if draft_token_ids.dtype.is_floating_point or draft_token_ids.dtype == torch.bool:
-        raise TypeError(f"draft_token_ids must be an integer tensor, got {draft_token_ids.dtype}")
-    B, K = draft_token_ids.shape
-    if B == 0:
-        raise ValueError("draft_token_ids has an empty batch (B=0)")
-    if K == 0:
-        raise ValueError("draft_token_ids has K=0 drafted tokens; verify needs K >= 1")
-    if draft_probs.dim() != 3 or tuple(draft_probs.shape[:2]) != (B, K):
-        raise ValueError(f"draft_probs must have shape [B={B}, K={K}, V], got {tuple(draft_probs.shape)}")
-    V = draft_probs.shape[2]
-    if tuple(target_probs.shape) != (B, K + 1, V):
-        raise ValueError(
-            f"target_probs must have shape [B={B}, K+1={K + 1}, V={V}], got {tuple(target_probs.shape)}"
-        )
-    if V == 0:
-        raise ValueError("draft_probs has an empty vocabulary (V=0)")
-    lo, hi = int(draft_token_ids.min()), int(draft_token_ids.max())
-    if lo < 0 or hi >= V:
-        raise ValueError(f"draft_token_ids must lie in [0, {V}), got values in [{lo}, {hi}]")
-    for name, t in (("draft_probs", draft_probs), ("target_probs", target_probs)):
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be floating point, got {t.dtype}")
-        # One pass over the tensor: per-row min and max catch NaN (propagates), negative
-        # values, +inf and rows without mass; the slower diagnosis runs only on failure.
-        row_min, row_max = torch.aminmax(t, dim=-1)
-        if bool(((row_min >= 0) & (row_max > 0) & (row_max < torch.inf)).all()):
-            continue
-        if not bool(torch.isfinite(t).all()):
-            bad = (~torch.isfinite(t)).nonzero()[0].tolist()
-            raise ValueError(f"{name} has a NaN or infinite value at index {bad}: {t[tuple(bad)].item()}")
-        if bool((t < 0).any()):
-            bad = (t < 0).nonzero()[0].tolist()
-            raise ValueError(f"{name} has a negative value at index {bad}: {t[tuple(bad)].item()}")
-        empty = t.sum(-1) <= 0
-        if bool(empty.any()):
-            raise ValueError(f"{name} has a row with no positive mass at [b, k] = {empty.nonzero()[0].tolist()}")
 
 
 def verify(
@@ -91,6 +49,90 @@ def verify(
     Shape: ``draft_token_ids [B, K], draft_probs [B, K, V], target_probs [B, K+1, V]
     -> emitted [B, K+1]``.
 
+    Modified rejection sampling (Leviathan et al. 2023, arXiv:2211.17192, Algorithm 1;
+    Chen et al. 2023, arXiv:2302.01318, Algorithm 2): drafted token ``d_i`` is accepted
+    with probability ``min(1, p_i(d_i) / q_i(d_i))``; the first rejection emits a token
+    from ``max(p_i - q_i, 0)`` (normalised) and stops the row; if all K are accepted, a
+    bonus token from ``p_K``. Every emitted sequence has the target's law.
+    :func:`verify_reference` spells the algorithm out and documents its float guards;
+    this function returns what it returns, from the same generator state, leaves the
+    generator in the same state, and raises the same errors.
+
+    Parameters
+    ----------
+    draft_token_ids : torch.LongTensor
+        Shape ``[B, K]``, ``K >= 1``; ids in ``[0, V)`` (any integer dtype).
+    draft_probs : torch.Tensor
+        Shape ``[B, K, V]``, floating point; the law each draft was sampled from.
+    target_probs : torch.Tensor
+        Shape ``[B, K+1, V]``, floating point; the target's law after each prefix.
+    generator : torch.Generator, optional
+        The only source of randomness (torch's default generator when None); on the
+        inputs' device. Draws ``B * K`` float64 uniforms, then ``B``.
+    validate : bool, keyword-only
+        Check inputs with :func:`validate_verify_inputs` (which accepts and refuses what
+        :func:`validate_verify_inputs_reference` does). With ``validate=False`` the inputs
+        must be valid.
+
+    Returns
+    -------
+    torch.LongTensor
+        Shape ``[B, K+1]``: the accepted drafts, then the recovered or bonus token,
+        left-aligned; :data:`PLACEHOLDER_ID` (``-1``) after the last one.
+
+    Raises
+    ------
+    TypeError, ValueError
+        From :func:`validate_verify_inputs` on bad input; the message names the argument.
+    ValueError
+        If a stopping row's law has no positive finite mass (as :func:`verify_reference`).
+
+    Notes
+    -----
+    What the reference computes on ``[B, V]`` rows (the stopping target rows, draft rows,
+    residual, float64 block masses) is computed here a chunk of rows at a time from the
+    rows themselves, and only the chosen vocabulary block of each row is read again for
+    the final search (:func:`~specexact.decoders.residual_sampling.sample_last_tokens`).
+    Every float operation is the reference's, row by row, so the results agree bit for bit.
+    On devices other than the CPU the reference runs.
+    """
+    if validate:
+        validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
+    if target_probs.device.type != "cpu":
+        return verify_reference(draft_token_ids, draft_probs, target_probs, generator, validate=False)
+    B, K = draft_token_ids.shape
+    ids = draft_token_ids.long()
+
+    # Acceptance, as the reference: only p_i(d_i) and q_i(d_i) are read.
+    p_d = target_probs[:, :K].gather(2, ids[:, :, None]).squeeze(2).to(torch.float64)  # [B, K]
+    q_d = draft_probs.gather(2, ids[:, :, None]).squeeze(2).to(torch.float64)  # [B, K]
+    u = uniform((B, K), generator, target_probs.device)  # [B, K]
+    stop = (u * q_d < p_d).to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B], in [0, K]
+
+    last = sample_last_tokens(target_probs, draft_probs, stop, generator)  # [B]
+
+    out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64)
+    out[:, :K] = torch.where(torch.arange(K)[None, :] < stop[:, None], ids, PLACEHOLDER_ID)
+    out[torch.arange(B), stop] = last
+    return out
+
+
+def verify_reference(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None = None,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Accept or reject K drafted tokens per row; emit the recovered or the bonus token.
+
+    Shape: ``draft_token_ids [B, K], draft_probs [B, K, V], target_probs [B, K+1, V]
+    -> emitted [B, K+1]``.
+
+    The readable reference of :func:`verify`, which returns the same tokens from the same
+    generator state.
+
     Drafted token ``d_i ~ draft_probs[:, i]`` is accepted with probability
     ``min(1, target_probs[:, i, d_i] / draft_probs[:, i, d_i])``. At the first rejection the
     row emits a recovered token from the residual distribution
@@ -102,18 +144,22 @@ def verify(
     Parameters
     ----------
     draft_token_ids : torch.LongTensor
-        Shape ``[B, K]``, ``K >= 1``; ids in ``[0, V)``.
+        Shape ``[B, K]``, ``K >= 1``; ids in ``[0, V)`` (any integer dtype).
     draft_probs : torch.Tensor
-        Shape ``[B, K, V]``; the law each draft token was actually sampled from (after the
-        draft's own temperature and truncation). Rows need not be normalised exactly.
+        Shape ``[B, K, V]``, floating point (float16, bfloat16, float32 or float64); the
+        law each draft token was actually sampled from (after the draft's own temperature
+        and truncation). Rows need not be normalised exactly.
     target_probs : torch.Tensor
-        Shape ``[B, K+1, V]``; the target's processed law after each candidate prefix: row
-        ``i`` is the law of the token after ``d_1 .. d_i`` (row 0: after the context alone).
+        Shape ``[B, K+1, V]``, floating point; the target's processed law after each
+        candidate prefix: row ``i`` is the law of the token after ``d_1 .. d_i`` (row 0:
+        after the context alone).
     generator : torch.Generator, optional
         The only source of randomness (torch's default generator when None); on the
         inputs' device. Draws ``B * K`` float64 uniforms, then ``B``.
     validate : bool, keyword-only
-        Check inputs with :func:`validate_verify_inputs` (one pass over the tensors).
+        Check inputs with :func:`validate_verify_inputs_reference` (one pass over the
+        tensors). With ``validate=False`` the inputs must be valid: invalid ones give
+        unspecified output or errors.
 
     Returns
     -------
@@ -125,7 +171,11 @@ def verify(
     Raises
     ------
     TypeError, ValueError
-        From :func:`validate_verify_inputs` on bad input.
+        From :func:`validate_verify_inputs_reference` on bad input; the message names the
+        argument.
+    ValueError
+        If a stopping row's law has no positive finite mass (only for inputs the
+        validation refuses, or float64 rows whose sum overflows).
 
     Notes
     -----
@@ -139,7 +189,7 @@ def verify(
     is by inverse CDF with float64 accumulation, so a zero-probability id is never emitted.
     """
     if validate:
-        validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
+        validate_verify_inputs_reference(draft_token_ids, draft_probs, target_probs)
     B, K = draft_token_ids.shape
     device = target_probs.device
     ids = draft_token_ids.long()
@@ -162,7 +212,7 @@ def verify(
     no_mass = residual.amax(-1) <= 0
     if bool(no_mass.any()):
         residual = torch.where(no_mass[:, None], target_row, residual)
-    last = sample_from_probs(residual, generator)  # [B]
+    last = sample_from_probs_reference(residual, generator)  # [B]
 
     out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=device)
     positions = torch.arange(K + 1, device=device)[None, :]  # [1, K+1]

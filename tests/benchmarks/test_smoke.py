@@ -36,8 +36,9 @@ def test_verifier_cells_have_every_measurement():
     r = verifier.run(vocabs={"5k": 5000}, ks=(2,), batches=(2,), repeats=1, max_time_s=0.1, tf_rows=2,
                      log=lambda *a: None)
     (cell,) = r["cells"]
-    for name in ("copy", "verify_validate", "verify_no_validate", "proposed_validate", "proposed_no_validate"):
+    for name in ("copy", "verify_validate", "verify_no_validate", "reference_validate", "reference_no_validate"):
         assert isinstance(cell[name], Timing) and cell[name].median > 0
+    assert cell["same_as_reference"] is True
     d = cell["derived"]
     assert d["verify_validate_rows_per_s"] > 0 and d["verify_no_validate_time_over_copy"] > 0
     if r["transformers"]["status"] == "ok":

@@ -83,6 +83,16 @@ def _builtin() -> VerifierSpec:
                         documented_guards=True)
 
 
+def _reference() -> VerifierSpec:
+    """``verify_reference``, the readable reference of the built-in ``verify`` (the same
+    uniforms, guards and validation; ``tests/decoders/test_verify_fast.py`` shows the two
+    return the same tokens)."""
+    module = importlib.import_module(verify.__module__)
+    sampling = importlib.import_module(sample_from_probs.__module__)
+    return VerifierSpec("reference", module.verify_reference, (module, "uniform"), (sampling, "uniform"),
+                        documented_guards=True)
+
+
 def _transformers() -> VerifierSpec | None:
     """Hugging Face transformers' ``_speculative_sampling`` through the adapter in
     ``decoders/adapters`` (the optional ``thirdparty`` extra); None when not installed.
@@ -96,9 +106,9 @@ def _transformers() -> VerifierSpec | None:
 
 
 #: Verifiers by name. The built-in runs by default; others are opted into with e.g.
-#: ``SPECEXACT_VERIFIERS=builtin,transformers`` (transformers' per-row loop costs about a
-#: second per test example at V = 8193, too slow for the CI budget).
-AVAILABLE = {"builtin": _builtin, "transformers": _transformers}
+#: ``SPECEXACT_VERIFIERS=builtin,reference,transformers`` (transformers' per-row loop costs
+#: about a second per test example at V = 8193, too slow for the CI budget).
+AVAILABLE = {"builtin": _builtin, "reference": _reference, "transformers": _transformers}
 _CHOSEN = [name.strip() for name in os.environ.get("SPECEXACT_VERIFIERS", "builtin").split(",") if name.strip()]
 for _name in _CHOSEN:
     if _name not in AVAILABLE:
