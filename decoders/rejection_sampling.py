@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from . import sampling
 from .residual_sampling import sample_last_tokens
 from .sampling import sample_from_probs_reference, uniform
 from .verify_inputs import validate_verify_inputs, validate_verify_inputs_reference
@@ -94,13 +95,14 @@ def verify(
     rows themselves, and only the chosen vocabulary block of each row is read again for
     the final search (:func:`~specexact.decoders.residual_sampling.sample_last_tokens`).
     Every float operation is the reference's, row by row, so the results agree bit for bit.
-    On devices other than the CPU the reference runs.
+    On devices other than the CPU, and when the ``B`` stopping rows hold at most
+    :data:`~specexact.decoders.sampling.SMALL_ELEMENTS` entries, the reference runs.
     """
     if validate:
         validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
-    if target_probs.device.type != "cpu":
-        return verify_reference(draft_token_ids, draft_probs, target_probs, generator, validate=False)
     B, K = draft_token_ids.shape
+    if target_probs.device.type != "cpu" or B * target_probs.shape[2] <= sampling.SMALL_ELEMENTS:
+        return verify_reference(draft_token_ids, draft_probs, target_probs, generator, validate=False)
     ids = draft_token_ids.long()
 
     # Acceptance, as the reference: only p_i(d_i) and q_i(d_i) are read.

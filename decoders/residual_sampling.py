@@ -72,12 +72,17 @@ def sample_last_tokens(target_probs: torch.Tensor, draft_probs: torch.Tensor, st
 
     def fill(group: torch.Tensor, residual: bool) -> None:
         """Block masses of the residual rows (or target rows) of ``group``."""
-        for s in range(0, group.numel(), chunk):
-            sel = group[s:s + chunk]
-            x = p_rows(sel, stop[sel])  # [c, V]
+        n = group.numel()
+        target_rows = p_rows.reader(group, stop[group])
+        draft_rows = q_rows.reader(group, stop[group]) if residual else None
+        group_mass = torch.empty(n, block_mass.shape[1], dtype=torch.float64)  # [n, nb]
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            x = target_rows(s, e)  # [e - s, V]
             if residual:
-                x.sub_(q_rows(sel, stop[sel])).clamp_min_(0)
-            block_mass[sel] = masses(x)
+                x.sub_(draft_rows(s, e)).clamp_min_(0)
+            masses(x, out=group_mass[s:e])
+        block_mass[group] = group_mass
 
     # The draft rows are read for the rejected rows only.
     fill(rejected.nonzero().squeeze(1), True)
@@ -92,7 +97,8 @@ def sample_last_tokens(target_probs: torch.Tensor, draft_probs: torch.Tensor, st
     def inner(s: int, e: int, b: torch.Tensor) -> torch.Tensor:
         p = blocks_at(target_probs, (rows[s:e], stop[s:e]), b).to(dtype)  # [e - s, BLOCK]
         q = blocks_at(draft_probs, (rows[s:e], q_stop[s:e]), b).to(dtype)
-        return torch.where(use_residual[s:e], (p - q).clamp_min(0), p)
+        r = torch.sub(p, q, out=q).clamp_min_(0)  # the residual, in place
+        return torch.where(use_residual[s:e], r, p, out=r)
 
     return search_blocks(block_mass, inner, generator)
 
@@ -106,21 +112,22 @@ def _take(t: torch.Tensor, i: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 class _RowReader:
-    """Rows ``t[i, k]`` of ``t [B, N, V]`` in ``dtype``, into one reused ``[max_rows, V]``
-    buffer (the result of a call is overwritten by the next call)."""
+    """Rows ``t[i, k]`` of ``t [B, N, V]`` in ``dtype``, a chunk at a time, into one reused
+    ``[max_rows, V]`` buffer (each chunk overwrites the previous one)."""
 
     def __init__(self, t: torch.Tensor, dtype: torch.dtype, max_rows: int) -> None:
         self.t, self.N = t, t.shape[1]
         try:
             self.flat = t.view(-1, t.shape[-1])  # [B*N, V]
-        except RuntimeError:
+        except RuntimeError:  # a layout without that view: advanced indexing
             self.flat = None
         self.buf = torch.empty(max_rows, t.shape[-1], dtype=dtype)
 
-    def __call__(self, i: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        out = self.buf[: i.numel()]
+    def reader(self, i: torch.Tensor, k: torch.Tensor):
+        """``rows(s, e)``: the rows ``t[i[s:e], k[s:e]]`` (``[e - s, V]``, in the buffer)."""
         if self.flat is None:
-            return out.copy_(self.t[i, k])
-        if self.flat.dtype == out.dtype:
-            return torch.index_select(self.flat, 0, i * self.N + k, out=out)
-        return out.copy_(self.flat.index_select(0, i * self.N + k))
+            return lambda s, e: self.buf[: e - s].copy_(self.t[i[s:e], k[s:e]])
+        idx = i * self.N + k
+        if self.flat.dtype == self.buf.dtype:
+            return lambda s, e: torch.index_select(self.flat, 0, idx[s:e], out=self.buf[: e - s])
+        return lambda s, e: self.buf[: e - s].copy_(self.flat.index_select(0, idx[s:e]))

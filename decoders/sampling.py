@@ -20,7 +20,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["sample_from_probs", "sample_from_probs_reference", "uniform", "BLOCK", "CHUNK_ELEMENTS"]
+__all__ = ["sample_from_probs", "sample_from_probs_reference", "uniform", "BLOCK", "CHUNK_ELEMENTS",
+           "SMALL_ELEMENTS"]
 
 BLOCK = 1024
 """Vocabulary block of the two-level inverse CDF (rows longer than ``4 * BLOCK``)."""
@@ -28,6 +29,11 @@ BLOCK = 1024
 CHUNK_ELEMENTS = 1 << 19
 """Entries per row chunk of the fast paths (2 MiB of float32). Chosen by timing on a
 2-core CPU with 1 MiB of L2 per core: 2**18 to 2**20 are within 20 % of each other."""
+
+SMALL_ELEMENTS = 1 << 15
+"""Inputs of at most this many entries take the reference path: there the number of
+operations, not memory traffic, sets the cost, and the reference makes fewer (measured:
+the two cross between 2**15 and 2**16 entries on a 2-core CPU)."""
 
 
 def uniform(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
@@ -136,8 +142,8 @@ def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None = N
 
     Same parameters, law, output and generator draws as
     :func:`sample_from_probs_reference`, which documents the algorithm; this one never
-    builds a ``[B, V]`` float64 temporary. On CPU with a contiguous ``probs`` it works on
-    row chunks; otherwise it runs the reference.
+    builds a ``[B, V]`` float64 temporary. On CPU with a contiguous ``probs`` of more than
+    :data:`SMALL_ELEMENTS` entries it works on row chunks; otherwise it runs the reference.
 
     Parameters
     ----------
@@ -156,7 +162,8 @@ def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None = N
     ValueError
         If a row has no positive finite mass (the reference's message; nothing is drawn).
     """
-    if probs.device.type != "cpu" or probs.dim() != 2 or not probs.is_contiguous():
+    if (probs.device.type != "cpu" or probs.dim() != 2 or not probs.is_contiguous()
+            or probs.numel() <= SMALL_ELEMENTS):
         return sample_from_probs_reference(probs, generator)
     B, V = probs.shape
     rows = chunk_rows(V)

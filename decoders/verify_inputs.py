@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from . import sampling
 from .sampling import chunk_rows
 
 __all__ = ["validate_verify_inputs", "validate_verify_inputs_reference"]
@@ -116,11 +117,20 @@ def validate_verify_inputs(
     :data:`~specexact.decoders.sampling.CHUNK_ELEMENTS` entries at a time, so the second
     reduction reads the chunk from cache: one pass over memory instead of two (and
     ``torch.aminmax(dim=-1)``, which the reference uses, is several times slower than
-    ``amin`` plus ``amax`` on CPU).
+    ``amin`` plus ``amax`` on CPU). Inputs of at most
+    :data:`~specexact.decoders.sampling.SMALL_ELEMENTS` entries in all go to the reference.
     """
-    if not (_form_ok(draft_token_ids, draft_probs, target_probs)
-            and _values_ok(draft_probs) and _values_ok(target_probs)):
+    if (_small(draft_probs, target_probs)
+            or not (_form_ok(draft_token_ids, draft_probs, target_probs)
+                    and _values_ok(draft_probs) and _values_ok(target_probs))):
         validate_verify_inputs_reference(draft_token_ids, draft_probs, target_probs)
+
+
+def _small(draft_probs, target_probs) -> bool:
+    """Tensors of at most :data:`~specexact.decoders.sampling.SMALL_ELEMENTS` entries in
+    all: the reference is cheaper there."""
+    return (isinstance(draft_probs, torch.Tensor) and isinstance(target_probs, torch.Tensor)
+            and draft_probs.numel() + target_probs.numel() <= sampling.SMALL_ELEMENTS)
 
 
 def _form_ok(draft_token_ids, draft_probs, target_probs) -> bool:

@@ -72,6 +72,14 @@ from specexact.decoders.sampling import (  # noqa: E402
 from specexact.strategies import probability_tensors, vocab_sizes  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def fast_path_at_every_size():
+    """Below ``SMALL_ELEMENTS`` entries sample_from_probs runs the reference: force its
+    fast code at every size in this module."""
+    with mock.patch.object(sampling, "SMALL_ELEMENTS", 0):
+        yield
+
+
 def assert_same_draws(probs, seed=0):
     g_ref, g_fast = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
     ref = sample_from_probs_reference(probs, g_ref)

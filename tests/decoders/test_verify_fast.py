@@ -40,6 +40,14 @@ from specexact.strategies import PAIR_FAMILIES, REAL_VOCAB_SIZES, draft_target_p
 KS = st.sampled_from([1, 4, 8])
 
 
+@pytest.fixture(autouse=True, scope="module")
+def fast_path_at_every_size():
+    """Run the fast code even on inputs small enough for the reference path (below
+    ``SMALL_ELEMENTS`` ``verify`` calls ``verify_reference``), so that small examples test it."""
+    with mock.patch.object(sampling, "SMALL_ELEMENTS", 0):
+        yield
+
+
 def assert_same(args, seed: int | None, **kw) -> torch.Tensor:
     """verify and verify_reference on the same generator state: same output, same state."""
     g_ref = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -182,6 +190,20 @@ def test_same_as_reference_on_odd_layouts(layout, V, chunks):
     for seed in range(4):
         for validate in (True, False):
             assert_same((ids, q, p), seed, validate=validate)
+
+
+@pytest.mark.parametrize("V", [1000, 5000])
+def test_small_inputs_take_the_reference_path(V, monkeypatch):
+    monkeypatch.setattr(sampling, "SMALL_ELEMENTS", 1 << 15)
+    calls = []
+    real = residual_sampling.sample_last_tokens
+    monkeypatch.setattr("specexact.decoders.rejection_sampling.sample_last_tokens",
+                        lambda *a: calls.append(a[0].shape) or real(*a))
+    for B in (1, 6, 7, 40):
+        args = grid_inputs(B, 3, V, seed=B, kind="zeros")
+        assert_same(args, 0)
+    big = [shape[0] * shape[2] > (1 << 15) for shape in calls]
+    assert calls and all(big), calls  # only inputs above the threshold took the fast path
 
 
 def test_default_generator_is_advanced_the_same_way():
