@@ -15,13 +15,17 @@ import torch
 
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
 from specexact.decoders.adapters.protocol import Capabilities, LogitsVerifyInputs
-from specexact.decoders.adapters.transformers_logits import TRANSFORMERS_PROCESSING
 from specexact.decoders.params import batch_params
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
 __all__ = ["WRONG_LOGITS", "CORRECT_LOGITS"]
 
 _PROMPT_SCOPE = LogitsProcessing(repetition_penalty_scope="prompt_and_output")
+
+TRANSFORMERS_LIKE = LogitsProcessing(order=("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
+                                     repetition_penalty_scope="prompt_and_output", greedy=False)
+"""transformers' processing (``adapters.transformers_logits.TRANSFORMERS_PROCESSING``, a
+test checks they are equal), restated here so this module does not import transformers."""
 
 
 class _HistoryBug(LogitsLevelVerifier):
@@ -91,7 +95,7 @@ prompt_ignored_by_repetition = _Misdeclared(
 """Declares a repetition penalty over the prompt and generated tokens, counts generated only."""
 
 builtin_order = LogitsLevelVerifier(BUILTIN_PROCESSING, name="builtin_order")
-transformers_order = LogitsLevelVerifier(TRANSFORMERS_PROCESSING, name="transformers_order")
+transformers_order = LogitsLevelVerifier(TRANSFORMERS_LIKE, name="transformers_order")
 prompt_scope = LogitsLevelVerifier(_PROMPT_SCOPE, name="prompt_scope")
 
 WRONG_LOGITS = {v.name: v for v in (stale_penalty_history, history_one_draft_ahead,

@@ -39,6 +39,12 @@ def test_entry_point_and_protocol():
     assert meta["capabilities"]["order_of_operations"] == list(TRANSFORMERS_PROCESSING.order)
 
 
+def test_the_zoo_restates_this_processing():
+    from specexact.audit.zoo_logits import TRANSFORMERS_LIKE
+
+    assert TRANSFORMERS_LIKE == TRANSFORMERS_PROCESSING
+
+
 def test_declared_order_is_the_order_transformers_builds():
     """The processors come from transformers' own _get_logits_processor; their classes, in
     order, are the operations the adapter declares."""
