@@ -24,8 +24,10 @@ def sample_last_tokens(target_probs: torch.Tensor, draft_probs: torch.Tensor, st
 
     Row ``b`` draws from ``p = target_probs[b, stop_b]`` if ``stop_b == K`` (the bonus
     token), else from the residual ``max(p - q, 0)`` with ``q = draft_probs[b, stop_b]``
-    (the recovered token), or from ``p`` when rounding leaves the residual without mass.
-    Rows are taken in ``promote_types(target_probs.dtype, float32)``.
+    (the recovered token), or from ``p`` when rounding leaves the residual without mass
+    (Leviathan et al. 2023, arXiv:2211.17192, Algorithm 1; Chen et al. 2023,
+    arXiv:2302.01318, Algorithm 2). Rows are taken in
+    ``promote_types(target_probs.dtype, float32)``.
 
     Parameters
     ----------

@@ -113,7 +113,7 @@ def validate_verify_inputs(
 
     Notes
     -----
-    On CPU the per-row minimum and maximum are taken a chunk of about
+    On CPU the per-row minimum and maximum are taken a chunk of about four times
     :data:`~specexact.decoders.sampling.CHUNK_ELEMENTS` entries at a time, so the second
     reduction reads the chunk from cache: one pass over memory instead of two (and
     ``torch.aminmax(dim=-1)``, which the reference uses, is several times slower than
@@ -165,7 +165,9 @@ def _matrix_ok(m: torch.Tensor) -> bool:
     """:func:`_values_ok` of the rows of ``m [R, V]``, a chunk of rows at a time (CPU)."""
     row_min = torch.empty(m.shape[0], dtype=m.dtype)
     row_max = torch.empty_like(row_min)
-    n = chunk_rows(m.shape[1])
+    # 4x the sampling chunk (8 MiB of float32): the second pass reads it from L3, as fast
+    # as from L2 where this was timed, with 4x fewer operations (each may wait for a thread).
+    n = 4 * chunk_rows(m.shape[1])
     for s in range(0, m.shape[0], n):
         torch.amin(m[s:s + n], -1, out=row_min[s:s + n])
         torch.amax(m[s:s + n], -1, out=row_max[s:s + n])  # the chunk is still in cache
