@@ -147,6 +147,10 @@ def audit_key(*, sampler_name: str, sampler_target: str, seed: int, cases: Seque
 
 
 def _checks_of(config: dict) -> int:
+    if config.get("kind") == "verify":
+        from .verify_case import VERIFY_CHECKS
+
+        return VERIFY_CHECKS
     return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1])
 
 
@@ -179,8 +183,9 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
     return {
         "command": " ".join(parts),
         "python": (
-            "from specexact.audit import default_cases, quick_cases, resolve_sampler, run_case\n"
-            f"case = next(c for c in {'quick_cases' if settings.get('case_set') == 'quick' else 'default_cases'}() "
+            "from specexact.audit import resolve_sampler, run_case\n"
+            "from specexact.audit.cases import all_cases\n"
+            f"case = next(c for c in all_cases(quick={settings.get('case_set') == 'quick'}) "
             f"if c.name == {case['name']!r})\n"
             f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
             f"result = run_case(case, verifier, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "

@@ -117,11 +117,24 @@ def _support(vocab_size: int, length: int) -> int:
 
 
 def planning_checks(case: AuditCase) -> list[tuple[int, bool]]:
-    """``(num_bins, two_sample)`` of the chi-square checks a class of ``case`` runs (stand-ins)."""
+    """``(num_bins, two_sample)`` of the chi-square checks a class of ``case`` runs (stand-ins).
+
+    A verify-level case: ``first_token_law`` and ``accepted_length`` (its conditional
+    ``recovered_token_law`` / ``bonus_token_law`` checks see only part of the rows and
+    report their own, larger, detectable TV).
+    """
+    if _is_verify(case):
+        return [(min(case.model.vocab_size, PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
     V, L = case.model.vocab_size, case.length
     if case.exact:
         return [(min(_support(V, L), PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
     return [(min(V, PLAN_MAX_BINS), False), (min(_support(V, L), PLAN_MAX_BINS), True)]
+
+
+def _is_verify(case) -> bool:
+    from .verify_case import VerifyCase
+
+    return isinstance(case, VerifyCase)
 
 
 def rows_per_class(case: AuditCase) -> int:
@@ -279,6 +292,7 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     audited sampler itself matters for third-party ones, whose cost can scale with rows,
     vocabulary and γ quite unlike the built-in's. A case on which it raises is timed with
     the built-in verifier instead (the audit records the crash when the case runs).
+    A verify-level case is timed for one verifier call (its laws are computed untimed).
     """
     from specexact.decoders import naive_generate, speculative_generate, verify
     from specexact.decoders.adapters.protocol import processing_of
@@ -287,6 +301,14 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     dev = torch.device(device)
 
     def one_call(case: AuditCase, rows: int | None, v) -> None:
+        if _is_verify(case):
+            from dataclasses import replace
+
+            from .verify_case import verify_call
+
+            c = case if rows is None else replace(case, batch_size=rows)
+            verify_call(c, c.laws(dev), v, torch.Generator(device=dev).manual_seed(0))
+            return
         target, draft = case.models(dev)
         prompts, t_params, d_params = case.batch(dev)
         if rows is not None:
@@ -295,6 +317,9 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
                              max_new_tokens=case.length, generator=torch.Generator(device=dev).manual_seed(0),
                              eos_token_id=case.eos_token_id, verifier=v)
 
+    for case in cases:  # laws of verify-level cases: once, untimed
+        if _is_verify(case):
+            case.laws(dev)
     costs = []
     if cases:  # untimed warm-up: the first call of a process pays one-time set-up costs
         case = cases[0]
@@ -309,7 +334,7 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
         except Exception:  # noqa: BLE001
             t0 = time.perf_counter()
             one_call(case, None, verify)
-        if not case.exact:
+        if not case.exact and not _is_verify(case):
             target, _ = case.models(dev)
             prompts, t_params, _ = case.batch(dev)
             naive_generate(target, prompts, t_params, max_new_tokens=case.length,

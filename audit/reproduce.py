@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from .cases import AuditCase, default_cases
+from .cases import AuditCase, all_cases
 from .runner import run_case
 
 __all__ = ["Reproduction", "minimise", "reproduction_script"]
@@ -70,7 +70,8 @@ def minimise(verifier: Callable, finding: Mapping, *, seed: int = 0, false_fail_
     seed : int
         The audit seed (report ``settings.seed``).
     cases : sequence of AuditCase, optional
-        Where the case is looked up (default: :func:`default_cases`).
+        Where the case is looked up (default: :func:`~specexact.audit.cases.all_cases`:
+        the default and the opt-in cases).
 
     Returns
     -------
@@ -82,7 +83,7 @@ def minimise(verifier: Callable, finding: Mapping, *, seed: int = 0, false_fail_
         raise ValueError("pass false_fail_rate (the report's settings.per_check_false_fail_rate)")
     alpha = float(false_fail_rate if false_fail_rate is not None else repro["per_check_false_fail_rate"])
     nb = int(num_batches if num_batches is not None else repro.get("num_batches") or 2)
-    by_name = {c.name: c for c in (default_cases() if cases is None else cases)}
+    by_name = {c.name: c for c in (all_cases() if cases is None else cases)}
     case = by_name[finding["case"]]
     check = finding["check"]
     trials = 0
@@ -132,14 +133,19 @@ def reproduction_script(finding: Reproduction | Mapping) -> str:
     """
     if isinstance(finding, Reproduction):
         r = finding
+        base = next((c for c in all_cases() if c.name == r.case), None)
+        # All classes kept (always so for a verify-level case, which has no row_classes field):
+        # only the batch size changes.
+        whole = base is not None and tuple(r.row_classes) == tuple(range(len(base.row_classes)))
+        rows = "" if whole else f"row_classes=tuple(base.row_classes[i] for i in {r.row_classes!r}), "
         return (
             f"# {r.sampler}: {r.case} / {r.check} (p={r.pvalue:.3g} at false-fail rate {r.false_fail_rate:.3g})\n"
             "from dataclasses import replace\n"
-            "from specexact.audit import default_cases, resolve_sampler, run_case\n"
+            "from specexact.audit import resolve_sampler, run_case\n"
+            "from specexact.audit.cases import all_cases\n"
             f"verifier, _ = resolve_sampler({r.sampler!r})\n"
-            f"base = next(c for c in default_cases() if c.name == {r.case!r})\n"
-            f"case = replace(base, row_classes=tuple(base.row_classes[i] for i in {r.row_classes!r}), "
-            f"batch_size={r.batch_size})\n"
+            f"base = next(c for c in all_cases() if c.name == {r.case!r})\n"
+            f"case = replace(base, {rows}batch_size={r.batch_size})\n"
             f"res = run_case(case, verifier, false_fail_rate={r.false_fail_rate!r}, seed={r.seed}, "
             f"num_batches={r.num_batches})\n"
             f"print(res.defect or [str(c) for c in res.checks if c.name in ({r.check!r}, 'defect')])\n"

@@ -34,7 +34,7 @@ from specexact.decoders import (
     naive_generate,
     speculative_generate,
 )
-from specexact.decoders.adapters.protocol import processing_of
+from specexact.decoders.adapters.protocol import is_logits_level, processing_of
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
 from specexact.exactness.exact_tests import binomial_check
@@ -58,6 +58,10 @@ binned laws by ``scripts/pearson_tail.py``, was 1.0-2.6 times the nominal rate f
 >= 200 expected counts (up to 40 times for bins of 20). Running these checks at a third of
 their share keeps the audit's total within its stated false-fail rate for the laws measured;
 it is a measured correction, not a proof for every binned law."""
+
+
+_VERIFY_LEVEL_REASON = ("a verify-level case calls the verifier with probabilities; a logits-level sampler "
+                        "takes logits")
 
 
 @dataclass
@@ -94,8 +98,18 @@ class CaseResult:
 def checks_per_case(case: AuditCase) -> int:
     """How many checks :func:`run_case` runs for ``case`` (known before sampling, so the
     audit can split its false-fail rate in advance)."""
+    if _is_verify_case(case):
+        from .verify_case import VERIFY_CHECKS
+
+        return VERIFY_CHECKS
     per_class = 4 if case.exact else 5
     return per_class * len(case.row_classes)
+
+
+def _is_verify_case(case) -> bool:
+    from .verify_case import VerifyCase
+
+    return isinstance(case, VerifyCase)
 
 
 def case_seed(seed: int, case: AuditCase) -> int:
@@ -124,6 +138,9 @@ def run_case(
     min_expected: float = MIN_EXPECTED,
 ) -> CaseResult:
     """Sample ``case`` with ``verifier`` inside the built-in decoder and check its laws.
+
+    A verify-level case (:class:`~specexact.audit.verify_case.VerifyCase`) calls the
+    verifier directly instead (:func:`~specexact.audit.verify_case.run_verify_case`).
 
     Parameters
     ----------
@@ -167,6 +184,12 @@ def run_case(
     if runnable is None:
         raise ValueError(f"case {case.name!r} cannot audit this sampler: {reason}")
     case = runnable
+    if _is_verify_case(case):
+        from .verify_case import run_verify_case
+
+        return run_verify_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
+                               time_budget_s=time_budget_s, device=device, progress=progress,
+                               min_expected=min_expected)
     processing = processing_of(verifier)
     start = time.perf_counter()
     result = CaseResult(case=case, seed=case_seed(seed, case))
@@ -223,7 +246,10 @@ def run_case(
 
 def unsupported_reason(case: AuditCase, verifier) -> str | None:
     """Why some classes of ``case`` cannot audit ``verifier`` (a logits-level sampler whose
-    declared operations do not cover their target parameters), or ``None``."""
+    declared operations do not cover their target parameters; any logits-level sampler on
+    a verify-level case, which hands the verifier probabilities), or ``None``."""
+    if _is_verify_case(case):
+        return _VERIFY_LEVEL_REASON if is_logits_level(verifier) else None
     processing = processing_of(verifier)
     missing = [f"class {case.class_id(c)}: {', '.join(bad)}" for c, rc in enumerate(case.row_classes)
                if (bad := processing.unsupported(rc.target_params))]
@@ -235,8 +261,12 @@ def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, st
 
     Returns ``(case, None)`` when every class runs, ``(restricted case, reason)`` when some
     do (:meth:`AuditCase.restricted`: same name and seed, original class numbers), and
-    ``(None, reason)`` when none does.
+    ``(None, reason)`` when none does. A verify-level case runs whole or not at all (not
+    for a logits-level sampler).
     """
+    if _is_verify_case(case):
+        reason = unsupported_reason(case, verifier)
+        return (None, reason) if reason is not None else (case, None)
     processing = processing_of(verifier)
     keep = [c for c, rc in enumerate(case.row_classes) if not processing.unsupported(rc.target_params)]
     reason = unsupported_reason(case, verifier)

@@ -34,7 +34,7 @@ PROFILES = {
     "smoke": dict(vocabs={"1k": 1000, "5k": 5000}, ks=(1, 2), batches=(1, 3), repeats=1,
                   dec_V=300, dec_batches=(2,), dec_gammas=(1, 2), dec_new=5,
                   mem_B=8, mem_V=300, mem_gammas=(1,), mem_reference=False, mem_probe=8, audit_batches=2,
-                  goal_V=1000, goal_repeats=1),
+                  goal_V=1000, goal_repeats=1, goal_verify_batches=(64,)),
 }
 
 
@@ -141,7 +141,8 @@ def main(argv=None) -> int:
         done("audit")
     if "goal" in sections:
         section("goal", f"V={prof['goal_V']} first-token goal: TV 1e-2 at false-fail 1e-6 in 60 s")
-        goal = audit_power.run_v32k_goal(V=prof["goal_V"], device=device, repeats=prof["goal_repeats"])
+        goal = audit_power.run_v32k_goal(V=prof["goal_V"], device=device, repeats=prof["goal_repeats"],
+                                         verify_batches=prof.get("goal_verify_batches", audit_power.VERIFY_BATCHES))
         done("goal")
     if cases is not None or goal is not None:
         results["audit"] = audit_power.to_json(cases, goal)

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only this case (repeatable); see --list-cases")
     a.add_argument("--quick", action="store_true",
                    help="the quick cases (exact cases, 4x smaller batches): a smoke test, not an audit to rely on")
-    a.add_argument("--list-cases", action="store_true", help="list the default cases and exit")
+    a.add_argument("--list-cases", action="store_true", help="list the default cases (and the opt-in ones --case can name) and exit")
     a.add_argument("--baseline", default=None, metavar="PATH.json",
                    help="regression mode: compare with an earlier report; exit 1 only on a regression (a new "
                         "failure or defect, or a drop in acceptance beyond its confidence interval)")
@@ -181,21 +181,25 @@ def _audit(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specexact.audit import SamplerError, default_cases, quick_cases, resolve_sampler, run_audit
+    from specexact.audit.cases import opt_in_cases
     from specexact.audit.shard import ShardError, parse_shard
 
     console = Console(stderr=True)
     cases = quick_cases() if args.quick else default_cases()
+    extra = opt_in_cases()  # run only when named with --case
     if args.list_cases:
         for c in cases:
             print(f"{c.name}: {c.description}")
+        for c in extra:
+            print(f"{c.name} (only with --case {c.name}): {c.description}")
         return EXIT_PASS
     if args.case:
-        names = {c.name for c in cases}
+        names = {c.name for c in [*cases, *extra]}
         unknown = [n for n in args.case if n not in names]
         if unknown:
             console.print(f"[red]error:[/] unknown --case {escape(str(unknown))}; known: {sorted(names)}")
             return EXIT_ERROR
-        cases = [c for c in cases if c.name in args.case]
+        cases = [c for c in [*cases, *extra] if c.name in args.case]
     if args.budget <= 0 or not math.isfinite(args.budget):
         console.print(f"[red]error:[/] --budget must be > 0, got {args.budget}")
         return EXIT_ERROR

@@ -150,8 +150,18 @@ def _form_ok(draft_token_ids, draft_probs, target_probs) -> bool:
     return 0 <= int(draft_token_ids.min()) and int(draft_token_ids.max()) < V
 
 
+def _distinct_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without its broadcast (stride-0) leading dimensions: rows along such a
+    dimension are the same memory, so each distinct row is read once (a law broadcast to
+    ``[B, N, V]`` by ``expand`` is checked as ``[N, V]``)."""
+    idx = tuple(0 if stride == 0 and size > 1 else slice(None)
+                for stride, size in zip(t.stride()[:-1], t.shape[:-1]))
+    return t[idx] if any(i == 0 for i in idx) else t
+
+
 def _values_ok(t: torch.Tensor) -> bool:
     """Every row of ``t [B, N, V]`` has ``min >= 0`` and ``0 < max < inf`` (no NaN)."""
+    t = _distinct_rows(t)
     if t.device.type != "cpu":
         return _bounds_ok(t.amin(dim=-1), t.amax(dim=-1))
     try:
