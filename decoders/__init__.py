@@ -4,7 +4,9 @@
 - :class:`LogitsProcessing`: the same operations in a declared order (logits-level engines).
 - :func:`naive_generate`: target-only autoregressive sampling (the reference law).
 - :func:`speculative_generate`: chain speculative decoding around any verifier.
-- :func:`verify`: modified rejection sampling with the probability-level protocol.
+- :func:`verify`: modified rejection sampling with the probability-level protocol (a fast
+  path; :func:`verify_reference` is its readable reference, same output on the same
+  generator state).
 - :class:`ToyLM`: small seeded prefix-dependent language models.
 """
 
@@ -13,9 +15,15 @@ from .naive import GenerationOutput, naive_generate
 from .params import BatchedParams, SamplingParams, batch_params
 from .pipeline import process_logits, token_counts
 from .processing import LogitsProcessing, process_logits_in_order
-from .sampling import sample_from_probs
+from .sampling import sample_from_probs, sample_from_probs_reference
 from .speculative import VerifierProtocolError, check_verifier_output, speculative_generate
-from .rejection_sampling import PLACEHOLDER_ID, validate_verify_inputs, verify
+from .rejection_sampling import (
+    PLACEHOLDER_ID,
+    validate_verify_inputs,
+    validate_verify_inputs_reference,
+    verify,
+    verify_reference,
+)
 
 __all__ = [
     "BatchedParams",
@@ -32,8 +40,11 @@ __all__ = [
     "process_logits",
     "process_logits_in_order",
     "sample_from_probs",
+    "sample_from_probs_reference",
     "speculative_generate",
     "token_counts",
     "validate_verify_inputs",
+    "validate_verify_inputs_reference",
     "verify",
+    "verify_reference",
 ]
