@@ -48,7 +48,9 @@ pinned with seeds searched for offline.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from typing import Iterator
 
 import torch
 import transformers
@@ -78,6 +80,18 @@ _VARIANTS = {
                                                                  {"is_done_candidate": False}),
     _BASE + ("assistant_ensemble_weight",): ("assistant_ensemble_weight", {}),
 }
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for a row loop: each transformers call works on a ``[1, K+1, V]``
+    tensor, and on a busy machine thread hand-offs cost milliseconds per softmax."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class TransformersSpeculativeSampling:
@@ -150,22 +164,28 @@ class TransformersSpeculativeSampling:
         q_logits = probs_to_logits(draft_probs, self.dtype)
         p_logits = probs_to_logits(target_probs, self.dtype)
         out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=ids.device)
-        # One intra-op thread for the row loop: each call works on a [1, K+1, V] tensor, and on
-        # a busy machine thread hand-offs cost milliseconds per softmax (vs microseconds).
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with one_thread():
             for b in range(B):
-                valid, n_matches = self.function(ids[b:b + 1], q_logits[b:b + 1], K, p_logits[b:b + 1],
-                                                 **self._extra)
-                valid = valid.reshape(-1)
-                n = int(n_matches)
-                if valid.numel() != n + 1:
-                    raise RuntimeError(f"transformers returned {valid.numel()} tokens with n_matches={n} in row {b}")
-                out[b, : n + 1] = valid.to(out.device)
-        finally:
-            torch.set_num_threads(threads)
+                valid = self.call_row(ids[b:b + 1], q_logits[b:b + 1], K, p_logits[b:b + 1], row=b)
+                out[b, : valid.numel()] = valid.to(out.device)
         return out
+
+    def call_row(self, candidate_input_ids: torch.Tensor, candidate_logits: torch.Tensor, candidate_length: int,
+                 new_logits: torch.Tensor, *, row: int) -> torch.Tensor:
+        """One ``_speculative_sampling`` call (batch 1) -> its valid tokens ``[n+1]``.
+
+        Raises
+        ------
+        RuntimeError
+            If transformers returns a token count that disagrees with its ``n_matches``.
+        """
+        valid, n_matches = self.function(candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                                         **self._extra)
+        valid = valid.reshape(-1)
+        n = int(n_matches)
+        if valid.numel() != n + 1:
+            raise RuntimeError(f"transformers returned {valid.numel()} tokens with n_matches={n} in row {row}")
+        return valid
 
     def __call__(self, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor,
                  target_probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

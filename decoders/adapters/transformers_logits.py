@@ -33,7 +33,7 @@ from specexact.decoders.processing import LogitsProcessing
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID
 
 from .protocol import Capabilities, LogitsVerifyInputs, probs_to_logits, seeded_global_rng
-from .transformers import TransformersSpeculativeSampling
+from .transformers import TransformersSpeculativeSampling, one_thread
 
 __all__ = ["TRANSFORMERS_PROCESSING", "TransformersAssistedVerification", "verify_logits_level"]
 
@@ -145,20 +145,12 @@ class TransformersAssistedVerification:
         B, K = inputs.draft_token_ids.shape
         out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=inputs.draft_token_ids.device)
         candidate_logits = probs_to_logits(inputs.draft_probs, torch.float32)  # [B, K, V]
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # [1, V] work per call: thread hand-offs would dominate
-        try:
+        with one_thread():
             for b in range(B):
                 candidate_input_ids, new_logits = self.processed_target_logits(inputs, b)
-                valid, n_matches = self._sampling.function(candidate_input_ids, candidate_logits[b:b + 1].cpu(),
-                                                           K, new_logits, **self._sampling._extra)
-                valid = valid.reshape(-1)
-                n = int(n_matches)
-                if valid.numel() != n + 1:
-                    raise RuntimeError(f"transformers returned {valid.numel()} tokens with n_matches={n} in row {b}")
-                out[b, : n + 1] = valid.to(out.device)
-        finally:
-            torch.set_num_threads(threads)
+                valid = self._sampling.call_row(candidate_input_ids, candidate_logits[b:b + 1].cpu(), K, new_logits,
+                                                row=b)
+                out[b, : valid.numel()] = valid.to(out.device)
         return out
 
     def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
