@@ -179,8 +179,8 @@ def default_cases() -> list[AuditCase]:
         AuditCase(
             name="v7-rep-order",
             description="repetition penalty re-applied per candidate prefix with top-p and min-p together "
-                        "(their order changes the law) and top-k; the operations every logits-level "
-                        "engine tested implements",
+                        "(their order changes the law), with top-k, and with top-k alone (the leanest "
+                        "engines' operations)",
             model=ToyLMConfig(vocab_size=7, seed=23, zipf_exponent=0.9, context_strength=2.5),
             mismatch=0.7,
             row_classes=(
@@ -188,9 +188,13 @@ def default_cases() -> list[AuditCase]:
                          _sp(temperature=1.1)),
                 RowClass((3, 1), _sp(temperature=1.3, top_k=4, min_p=0.1, repetition_penalty=0.7),
                          _sp(top_p=0.9, presence_penalty=0.3)),
+                # Only repetition penalty, temperature and top-k: what the leanest engines
+                # implement, so their per-prefix penalty bugs meet a truncation here too.
+                RowClass((2, 5), _sp(temperature=0.9, top_k=3, repetition_penalty=1.5), _sp(temperature=1.2)),
             ),
             num_draft_tokens=2,
             length=5,
+            batch_size=1536,
         ),
         AuditCase(
             name="v12-eos-cut",

@@ -28,11 +28,16 @@ TRANSFORMERS_LIKE = LogitsProcessing(order=("repetition_penalty", "temperature",
 test checks they are equal), restated here so this module does not import transformers."""
 
 
+_LEAN = LogitsProcessing(order=("repetition_penalty", "temperature", "top_k"), greedy=False)
+"""A lean engine: repetition penalty, temperature and top-k only (no top-p, min-p,
+presence / frequency penalty or greedy), so the audit drops most classes for it."""
+
+
 class _HistoryBug(LogitsLevelVerifier):
     """Correct but for the penalty histories it gives the candidate prefixes."""
 
-    def __init__(self, name: str, histories) -> None:
-        super().__init__(BUILTIN_PROCESSING, name=name)
+    def __init__(self, name: str, histories, processing: LogitsProcessing = BUILTIN_PROCESSING) -> None:
+        super().__init__(processing, name=name)
         self._histories = histories
 
     def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
@@ -82,6 +87,16 @@ stale_penalty_history = _HistoryBug("stale_penalty_history", _round_start_histor
 history_one_draft_ahead = _HistoryBug("history_one_draft_ahead", _one_draft_ahead)
 """Prefix i's penalties count one draft too many (off by one in the prefix slice)."""
 
+lean_stale_penalty_history = _HistoryBug("lean_stale_penalty_history", _round_start_history, _LEAN)
+"""The stale-history bug in a lean engine (repetition penalty, temperature, top-k)."""
+
+lean_penalty_last = _Misdeclared(
+    "lean_penalty_last",
+    applied=LogitsProcessing(order=("temperature", "top_k", "repetition_penalty"), greedy=False),
+    declared=_LEAN,
+)
+"""A lean engine that applies the repetition penalty after top-k while declaring it first."""
+
 min_p_last_declared_builtin = _Misdeclared(
     "min_p_last_declared_builtin",
     applied=LogitsProcessing(order=("penalties", "temperature", "top_k", "top_p", "min_p")),
@@ -97,10 +112,12 @@ prompt_ignored_by_repetition = _Misdeclared(
 builtin_order = LogitsLevelVerifier(BUILTIN_PROCESSING, name="builtin_order")
 transformers_order = LogitsLevelVerifier(TRANSFORMERS_LIKE, name="transformers_order")
 prompt_scope = LogitsLevelVerifier(_PROMPT_SCOPE, name="prompt_scope")
+lean = LogitsLevelVerifier(_LEAN, name="lean")
 
 WRONG_LOGITS = {v.name: v for v in (stale_penalty_history, history_one_draft_ahead,
-                                    min_p_last_declared_builtin, prompt_ignored_by_repetition)}
+                                    min_p_last_declared_builtin, prompt_ignored_by_repetition,
+                                    lean_stale_penalty_history, lean_penalty_last)}
 """Deliberately wrong logits-level samplers, by name."""
 
-CORRECT_LOGITS = {v.name: v for v in (builtin_order, transformers_order, prompt_scope)}
+CORRECT_LOGITS = {v.name: v for v in (builtin_order, transformers_order, prompt_scope, lean)}
 """Correct logits-level samplers with different declared processing, by name."""

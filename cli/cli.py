@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("audit", help="audit a verifier for exactness (exit 0 pass, 1 fail, 2 error)")
     a.add_argument("--sampler", default="builtin",
                    help="'builtin', a name registered under the entry-point group specexact.samplers, "
-                        "or MODULE:CALLABLE with the verify protocol (default: builtin)")
+                        "or MODULE:OBJECT: a callable with the verify protocol, or a logits-level adapter "
+                        "with verify_logits (default: builtin)")
     a.add_argument("--budget", type=float, default=90.0, metavar="SECONDS",
                    help="time for the audit (of this shard): sample sizes are planned from the power functions "
                         "to fit it; they depend on the machine's speed, not on the data (default: 90)")
@@ -108,6 +109,7 @@ def _device(name: str | None):
     try:
         dev = torch.device(name)
         torch.empty(1, device=dev)
+        torch.Generator(device=dev)  # the audit's randomness lives there too
     except Exception as exc:  # noqa: BLE001
         raise ValueError(f"--device {name!r} is not usable: {exc}") from exc
     return dev

@@ -98,6 +98,8 @@ def verify(
     On devices other than the CPU, and when the ``B`` stopping rows hold at most
     :data:`~specexact.decoders.sampling.SMALL_ELEMENTS` entries, the reference runs.
     """
+    _check_generator(generator)
+    draft_probs, target_probs = _no_grad(draft_probs), _no_grad(target_probs)
     if validate:
         validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
     B, K = draft_token_ids.shape
@@ -117,6 +119,17 @@ def verify(
     out[:, :K] = torch.where(torch.arange(K)[None, :] < stop[:, None], ids, PLACEHOLDER_ID)
     out[torch.arange(B), stop] = last
     return out
+
+
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def _no_grad(t):
+    """The laws without autograd history (a law computed outside ``no_grad``): the emitted
+    ids do not depend on it, and the fast path's ``out=`` kernels refuse such tensors."""
+    return t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t
 
 
 def verify_reference(
@@ -190,6 +203,7 @@ def verify_reference(
     back to the target row, which is then the exact law to within that rounding. Sampling
     is by inverse CDF with float64 accumulation, so a zero-probability id is never emitted.
     """
+    _check_generator(generator)
     if validate:
         validate_verify_inputs_reference(draft_token_ids, draft_probs, target_probs)
     B, K = draft_token_ids.shape

@@ -203,7 +203,7 @@ def speculative_generate(
         if logits_level:  # the sampler processes the raw logits per prefix itself
             act_list = act.tolist()
             out = verifier.verify_logits(LogitsVerifyInputs(
-                draft_token_ids=draft_ids, draft_probs=draft_probs_t, target_logits=t_logits,
+                draft_token_ids=draft_ids.clone(), draft_probs=draft_probs_t, target_logits=t_logits,
                 target_params=tuple(t_list[r] for r in act_list), prompt_token_ids=prompt_ids[act],
                 output_token_ids=_prefix_histories(work, T0, a_len, 1)[:, 0]), generator)
             del t_logits
@@ -215,7 +215,8 @@ def speculative_generate(
                 hist.reshape(A * (gamma + 1), -1),
             ).reshape(A, gamma + 1, V)
             del t_logits  # peak memory: the logits are not needed past this point
-            out = verifier(draft_ids, draft_probs_t, target_probs, generator)
+            # The verifier gets its own copy of the ids: its output is checked against ours.
+            out = verifier(draft_ids.clone(), draft_probs_t, target_probs, generator)
         num = check_verifier_output(out, draft_ids, V)  # [A], emitted per row
         out = out.to(device).long()
         round_log = torch.full((B,), -1, dtype=torch.int64, device=device)

@@ -100,6 +100,8 @@ class Capabilities:
 
     Raises
     ------
+    TypeError
+        ``logits_level`` / ``greedy`` not a bool, or ``order_of_operations`` not a tuple.
     ValueError
         Unknown ``randomness`` or operation, ``max_batch_size < 1``, no dtype / device,
         a non-floating dtype, an order of operations on a probability-level sampler, or a
@@ -117,6 +119,11 @@ class Capabilities:
     notes: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("logits_level", "greedy"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.order_of_operations, (tuple, list)):
+            raise TypeError(f"order_of_operations must be a tuple of operation names, got {self.order_of_operations!r}")
         if self.randomness not in RANDOMNESS:
             raise ValueError(f"randomness must be one of {RANDOMNESS}, got {self.randomness!r}")
         if self.max_batch_size is not None and (int(self.max_batch_size) != self.max_batch_size

@@ -154,3 +154,9 @@ def test_baseline_unreadable_exits_2(tmp_path):
     assert run_cli(["--quiet", "--baseline", str(tmp_path / "junk.json")], tmp_path) == 2
     (tmp_path / "other.json").write_text('{"schema": "something-else"}')
     assert run_cli(["--quiet", "--baseline", str(tmp_path / "other.json")], tmp_path) == 2
+
+
+def test_a_device_without_generators_is_exit_2(tmp_path, capsys):
+    assert run_cli([*QUICK, "--device", "meta"], tmp_path) == 2
+    captured = capsys.readouterr()
+    assert "--device 'meta' is not usable" in (captured.out + captured.err).replace("\n", " ")

@@ -166,3 +166,22 @@ def test_cuda_greedy_identity_and_sampling():
     s = speculative_generate(target, draft, prompts, SamplingParams(top_p=0.9), num_draft_tokens=4,
                              max_new_tokens=12, generator=g, eos_token_id=1)
     assert s.tokens.device.type == "cuda" and bool((s.tokens < 32000).all())
+
+
+def test_a_verifier_that_overwrites_its_id_input_is_judged_on_what_it_returned(models):
+    """The verifier gets its own copy of the drafted ids: scribbling on it afterwards
+    must not turn a correct output into a protocol violation."""
+    target, draft = models
+
+    def scribbler(ids, draft_probs, target_probs, generator=None):
+        out = verify(ids, draft_probs, target_probs, generator)
+        ids.fill_(0)
+        return out
+
+    prompts = torch.randint(0, 7, (16, 2), generator=torch.Generator().manual_seed(0))
+    kw = dict(num_draft_tokens=3, max_new_tokens=8, eos_token_id=EOS)
+    a = speculative_generate(target, draft, prompts, SamplingParams(), generator=torch.Generator().manual_seed(1),
+                             verifier=scribbler, **kw)
+    b = speculative_generate(target, draft, prompts, SamplingParams(), generator=torch.Generator().manual_seed(1),
+                             **kw)
+    assert torch.equal(a.tokens, b.tokens)

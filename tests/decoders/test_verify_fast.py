@@ -432,3 +432,26 @@ def test_valid_inputs_pass_both_validations():
 
 def test_placeholder_id_is_importable_from_the_module():
     assert PLACEHOLDER_ID == -1
+
+
+def test_laws_with_autograd_history_give_the_reference_tokens():
+    """Laws from ``softmax`` outside ``no_grad`` carry autograd history; the fast path's
+    ``out=`` kernels refuse such tensors, so ``verify`` detaches them (the ids do not depend
+    on it)."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 32000, generator=g, requires_grad=True)
+    target = logits.softmax(-1)
+    draft = (logits[:, :2] * 0.5).softmax(-1)
+    ids = torch.randint(0, 32000, (2, 2), generator=g)
+    for validate in (True, False):
+        a = verify(ids, draft, target, torch.Generator().manual_seed(1), validate=validate)
+        b = verify_reference(ids, draft, target, torch.Generator().manual_seed(1), validate=validate)
+        assert torch.equal(a, b)
+
+
+def test_a_generator_of_the_wrong_type_is_named():
+    q = torch.full((1, 1, 4), 0.25)
+    p = torch.full((1, 2, 4), 0.25)
+    for fn in (verify, verify_reference):
+        with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):
+            fn(torch.zeros(1, 1, dtype=torch.long), q, p, 5)

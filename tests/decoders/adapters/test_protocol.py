@@ -96,3 +96,13 @@ def test_seeded_global_rng_restores_state_and_replays():
     assert torch.equal(torch.rand(5), a), "the yielded seed replays the block"
     with seeded_global_rng(torch.Generator().manual_seed(7)):
         assert torch.equal(torch.rand(5), a), "same generator state, same draws"
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"greedy": "no"}, "greedy must be a bool"),
+    ({"logits_level": "yes"}, "logits_level must be a bool"),
+    ({"logits_level": True, "order_of_operations": "temperature"}, "must be a tuple"),
+])
+def test_capabilities_types_are_checked(kw, match):
+    with pytest.raises(TypeError, match=match):
+        caps(**kw)
