@@ -71,6 +71,7 @@ class LogitsLevelVerifier:
         )
 
     def metadata(self) -> dict:
+        """JSON-ready facts for the audit report: adapter, library, processing, capabilities."""
         return {"adapter": f"{__name__}:{type(self).__name__}", "library": "specexact",
                 "processing": self.processing.to_dict(), "capabilities": self.capabilities.to_dict()}
 

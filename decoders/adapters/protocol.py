@@ -219,14 +219,17 @@ class LogitsVerifyInputs:
 
     @property
     def batch_size(self) -> int:
+        """B, the rows of this round."""
         return int(self.draft_token_ids.shape[0])
 
     @property
     def num_draft_tokens(self) -> int:
+        """K (γ), the drafts per row."""
         return int(self.draft_token_ids.shape[1])
 
     @property
     def vocab_size(self) -> int:
+        """V."""
         return int(self.target_logits.shape[-1])
 
     def num_output_tokens(self) -> torch.Tensor:
@@ -255,10 +258,16 @@ class LogitsSamplerAdapter(Protocol):
     capabilities: Capabilities
 
     def metadata(self) -> dict:
+        """JSON-ready facts for the audit report (library, version, capabilities)."""
         ...
 
     def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``-> LongTensor [B, K+1]``, ``-1`` after the last emitted token (as ``verify``)."""
+        """``-> LongTensor [B, K+1]``, ``-1`` after the last emitted token (as ``verify``).
+
+        Randomness only from ``generator`` (or as declared in ``capabilities.randomness``).
+        Anything it raises is recorded by the audit as a crash (a defect); an output that
+        breaks the protocol as a protocol violation.
+        """
         ...
 
 

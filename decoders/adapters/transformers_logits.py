@@ -80,6 +80,8 @@ class TransformersAssistedVerification:
         )
 
     def metadata(self) -> dict:
+        """JSON-ready facts for the audit report: transformers' version and function, the
+        signature variant, where the processors come from, capabilities."""
         meta = self._sampling.metadata()
         meta.update({
             "adapter": f"{__name__}:{type(self).__name__}",
