@@ -300,43 +300,46 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     chosen = verify if verifier is None else verifier
     dev = torch.device(device)
 
-    def one_call(case: AuditCase, rows: int | None, v) -> None:
+    def prepare(case):
+        """What one call needs, built untimed: the laws of a verify-level case, or the
+        models and the batch of a decoder-level one."""
+        if _is_verify(case):
+            return case.laws(dev)
+        return case.models(dev), case.batch(dev)
+
+    def one_call(case, prepared, rows: int | None, v) -> None:
         if _is_verify(case):
             from dataclasses import replace
 
             from .verify_case import verify_call
 
             c = case if rows is None else replace(case, batch_size=rows)
-            verify_call(c, c.laws(dev), v, torch.Generator(device=dev).manual_seed(0))
+            verify_call(c, prepared, v, torch.Generator(device=dev).manual_seed(0))
             return
-        target, draft = case.models(dev)
-        prompts, t_params, d_params = case.batch(dev)
+        (target, draft), (prompts, t_params, d_params) = prepared
         if rows is not None:
             prompts, t_params, d_params = prompts[:rows], t_params[:rows], d_params[:rows]
         speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
                              max_new_tokens=case.length, generator=torch.Generator(device=dev).manual_seed(0),
                              eos_token_id=case.eos_token_id, verifier=v)
 
-    for case in cases:  # laws of verify-level cases: once, untimed
-        if _is_verify(case):
-            case.laws(dev)
+    prepared = [prepare(case) for case in cases]
     costs = []
     if cases:  # untimed warm-up: the first call of a process pays one-time set-up costs
         case = cases[0]
         try:
-            one_call(case, 4 * len(case.row_classes), chosen)
+            one_call(case, prepared[0], 4 * len(case.row_classes), chosen)
         except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
-            one_call(case, 4 * len(case.row_classes), verify)
-    for case in cases:
+            one_call(case, prepared[0], 4 * len(case.row_classes), verify)
+    for case, prep in zip(cases, prepared):
         t0 = time.perf_counter()
         try:
-            one_call(case, None, chosen)
+            one_call(case, prep, None, chosen)
         except Exception:  # noqa: BLE001
             t0 = time.perf_counter()
-            one_call(case, None, verify)
+            one_call(case, prep, None, verify)
         if not case.exact and not _is_verify(case):
-            target, _ = case.models(dev)
-            prompts, t_params, _ = case.batch(dev)
+            (target, _), (prompts, t_params, _) = prep
             naive_generate(target, prompts, t_params, max_new_tokens=case.length,
                            generator=torch.Generator(device=dev).manual_seed(1), eos_token_id=case.eos_token_id,
                            processing=None if verifier is None else processing_of(verifier))

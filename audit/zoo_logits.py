@@ -15,7 +15,6 @@ import torch
 
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
 from specexact.decoders.adapters.protocol import Capabilities, LogitsVerifyInputs
-from specexact.decoders.params import batch_params
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
 __all__ = ["WRONG_LOGITS", "CORRECT_LOGITS"]
@@ -40,14 +39,8 @@ class _HistoryBug(LogitsLevelVerifier):
         super().__init__(processing, name=name)
         self._histories = histories
 
-    def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
-        B, K = inputs.draft_token_ids.shape
-        V = inputs.vocab_size
-        hist = self._histories(inputs)  # [B, K+1, H']
-        params = batch_params(list(inputs.target_params), B, inputs.target_logits.device).repeat_interleave(K + 1)
-        probs = self.processing(inputs.target_logits.reshape(B * (K + 1), V), params,
-                                hist.reshape(B * (K + 1), -1), inputs.prompt_token_ids.repeat_interleave(K + 1, 0))
-        return probs.reshape(B, K + 1, V)
+    def candidate_histories(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        return self._histories(inputs)
 
 
 def _round_start_history(inputs: LogitsVerifyInputs) -> torch.Tensor:

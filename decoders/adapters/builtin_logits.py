@@ -75,11 +75,16 @@ class LogitsLevelVerifier:
         return {"adapter": f"{__name__}:{type(self).__name__}", "library": "specexact",
                 "processing": self.processing.to_dict(), "capabilities": self.capabilities.to_dict()}
 
+    def candidate_histories(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        """The penalty histories of the candidate prefixes, ``[B, K+1, H']`` (the module's
+        :func:`candidate_histories`; a subclass may give others)."""
+        return candidate_histories(inputs)
+
     def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
         """Shape: ``-> [B, K+1, V]``: the target's law after each candidate prefix."""
         B, K = inputs.draft_token_ids.shape
         V = inputs.vocab_size
-        hist = candidate_histories(inputs)  # [B, K+1, H+K]
+        hist = self.candidate_histories(inputs)  # [B, K+1, H']
         params = batch_params(list(inputs.target_params), B, inputs.target_logits.device).repeat_interleave(K + 1)
         probs = self.processing(inputs.target_logits.reshape(B * (K + 1), V), params,
                                 hist.reshape(B * (K + 1), -1),
