@@ -16,7 +16,7 @@ from .params import BatchedParams, SamplingParams, batch_params
 from .pipeline import process_logits, token_counts
 from .processing import LogitsProcessing, process_logits_in_order
 from .sampling import sample_from_probs, sample_from_probs_reference
-from .speculative import VerifierProtocolError, check_verifier_output, speculative_generate
+from .speculative import RoundRecord, VerifierProtocolError, check_verifier_output, speculative_generate
 from .rejection_sampling import (
     PLACEHOLDER_ID,
     validate_verify_inputs,
@@ -30,6 +30,7 @@ __all__ = [
     "GenerationOutput",
     "LogitsProcessing",
     "PLACEHOLDER_ID",
+    "RoundRecord",
     "SamplingParams",
     "ToyLM",
     "ToyLMConfig",

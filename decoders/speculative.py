@@ -2,24 +2,70 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
-from .adapters.protocol import LogitsVerifyInputs, is_logits_level
+from .adapters.protocol import LogitsVerifyInputs, is_logits_level, processing_of
 from .naive import GenerationOutput, check_prompt
 from .params import SamplingParams, batch_params
 from .pipeline import process_logits
 from .sampling import sample_from_probs
 from .rejection_sampling import PLACEHOLDER_ID, verify
 
-__all__ = ["speculative_generate", "VerifierProtocolError", "Verifier"]
+__all__ = ["speculative_generate", "VerifierProtocolError", "Verifier", "RoundRecord"]
 
 Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
 
 class VerifierProtocolError(ValueError):
     """A verifier returned output that breaks the ``verify`` protocol (a defect)."""
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What one speculative round saw and did, handed to ``speculative_generate``'s
+    ``observer`` (per-event checks read every decision from it).
+
+    ``A`` is the number of rows still active in the round, ``γ`` the drafts per row.
+    The tensors are the decoder's own (not copies): an observer reads them before it
+    returns and must not modify or keep them.
+
+    Attributes
+    ----------
+    round_index : int
+        0 for the first round.
+    rows : torch.LongTensor
+        Shape ``[A]``: batch row of each active row.
+    num_generated : torch.LongTensor
+        Shape ``[A]``: tokens generated before this round.
+    draft_token_ids : torch.LongTensor
+        Shape ``[A, γ]``.
+    draft_probs : torch.Tensor
+        Shape ``[A, γ, V]``, float32: the law each draft was sampled from.
+    target_probs : torch.Tensor
+        Shape ``[A, γ+1, V]``, float32: the target law after each candidate prefix, after
+        the processing the reference laws use (the verifier's declared order for a
+        logits-level sampler, which was handed raw logits instead).
+    output : torch.LongTensor
+        Shape ``[A, γ+1]``: the verifier's output (``-1`` after its last token).
+    num_emitted : torch.LongTensor
+        Shape ``[A]``: tokens the verifier emitted (accepted drafts + 1).
+    num_kept : torch.LongTensor
+        Shape ``[A]``: of those, the tokens the decoder kept after the EOS and
+        ``max_new_tokens`` cut.
+    """
+
+    round_index: int
+    rows: torch.Tensor
+    num_generated: torch.Tensor
+    draft_token_ids: torch.Tensor
+    draft_probs: torch.Tensor
+    target_probs: torch.Tensor
+    output: torch.Tensor
+    num_emitted: torch.Tensor
+    num_kept: torch.Tensor
 
 
 def check_verifier_output(out: object, draft_token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -91,6 +137,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
     verifier: Verifier = verify,
+    observer: Callable[[RoundRecord], None] | None = None,
 ) -> GenerationOutput:
     """Chain speculative decoding: draft γ tokens, verify γ+1 prefixes in one target call.
 
@@ -131,6 +178,11 @@ def speculative_generate(
         ``target_params`` and token history
         (:class:`~specexact.decoders.adapters.LogitsVerifyInputs`) and applies the
         processing itself. Called on the unfinished rows only.
+    observer : callable, optional
+        ``observer(record)`` after every round with a :class:`RoundRecord` (drafts, both
+        laws at every position, the verifier's output, the cut). For a logits-level
+        verifier the decoder then also computes the processed target laws with its
+        declared processing (extra work only when an observer is given).
 
     Returns
     -------
@@ -200,6 +252,18 @@ def speculative_generate(
         positions = (a_len - 1)[:, None] + steps[None]  # [A, γ+1]
         t_logits = target(work, positions)  # [A, γ+1, V]
         target_calls += 1
+        target_probs = None
+        if not logits_level or observer is not None:
+            hist = _prefix_histories(work, T0, a_len, gamma + 1)  # [A, γ+1, H]
+            process = processing_of(verifier) if logits_level else process_logits
+            flat_hist = hist.reshape(A * (gamma + 1), -1)
+            extra = (prompt_ids[act].repeat_interleave(gamma + 1, 0),) if logits_level else ()
+            target_probs = process(
+                t_logits.reshape(A * (gamma + 1), V),
+                t_bp.select(act).repeat_interleave(gamma + 1),
+                flat_hist,
+                *extra,
+            ).reshape(A, gamma + 1, V)
         if logits_level:  # the sampler processes the raw logits per prefix itself
             act_list = act.tolist()
             out = verifier.verify_logits(LogitsVerifyInputs(
@@ -208,12 +272,6 @@ def speculative_generate(
                 output_token_ids=_prefix_histories(work, T0, a_len, 1)[:, 0]), generator)
             del t_logits
         else:
-            hist = _prefix_histories(work, T0, a_len, gamma + 1)  # [A, γ+1, H]
-            target_probs = process_logits(
-                t_logits.reshape(A * (gamma + 1), V),
-                t_bp.select(act).repeat_interleave(gamma + 1),
-                hist.reshape(A * (gamma + 1), -1),
-            ).reshape(A, gamma + 1, V)
             del t_logits  # peak memory: the logits are not needed past this point
             # The verifier gets its own copy of the ids: its output is checked against ours.
             out = verifier(draft_ids.clone(), draft_probs_t, target_probs, generator)
@@ -232,6 +290,10 @@ def speculative_generate(
         remaining = T0 + max_new_tokens - a_len  # [A]
         keep &= steps[None] < remaining[:, None]
         m = keep.sum(1)  # [A]
+        if observer is not None:
+            observer(RoundRecord(round_index=len(accepted_log) - 1, rows=act, num_generated=a_len - T0,
+                                 draft_token_ids=draft_ids, draft_probs=draft_probs_t, target_probs=target_probs,
+                                 output=out, num_emitted=num, num_kept=m))
         r_idx, c_idx = keep.nonzero(as_tuple=True)
         seq[act[r_idx], a_len[r_idx] + c_idx] = out[r_idx, c_idx]
         lengths[act] = a_len + m

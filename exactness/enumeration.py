@@ -199,6 +199,7 @@ def acceptance_law(
     num_draft_tokens: int,
     max_paths: int = 2_000_000,
     target_processing: LogitsProcessing | None = None,
+    scheme: str = "tokenwise",
 ) -> np.ndarray:
     """Exact law of the number of drafts accepted in the first round after ``prompt_ids``.
 
@@ -208,6 +209,8 @@ def acceptance_law(
     probability ``min(p, q)``). The round's verifier does not see EOS, so EOS plays no part.
     ``target_processing`` (default: built-in) is the target side's order of operations;
     the draft side is always the built-in pipeline (the decoder's own).
+    ``scheme="sample_compare"`` (the target samples its own token and the draft is kept
+    while they agree, as in mlx-lm and llama.cpp) replaces ``min(p, q)`` by ``p q``.
 
     Returns
     -------
@@ -217,6 +220,9 @@ def acceptance_law(
         the first unknown ``k`` on and the last known entry holds ``P(N >= k)``.
     """
     target_processing = BUILTIN_PROCESSING if target_processing is None else target_processing
+    accept_mass = {"tokenwise": torch.minimum, "sample_compare": torch.mul}.get(scheme)
+    if accept_mass is None:
+        raise ValueError(f"scheme must be 'tokenwise' or 'sample_compare', got {scheme!r}")
     t64 = target.to(dtype=torch.float64)
     d64 = draft.to(dtype=torch.float64)
     V = t64.vocab_size
@@ -235,7 +241,7 @@ def acceptance_law(
         p = target_processing(t64(inputs, positions)[:, 0], batch_params(target_params, N, device), paths,
                               prompt.expand(N, -1))
         q = process_logits(d64(inputs, positions)[:, 0], batch_params(draft_params, N, device), paths)
-        child = weights[:, None] * torch.minimum(p, q)  # [N, V]
+        child = weights[:, None] * accept_mass(p, q)  # [N, V]
         at_least[j + 1] = float(child.sum())
         if j + 1 == gamma:
             break

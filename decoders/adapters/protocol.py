@@ -46,6 +46,8 @@ __all__ = [
     "processing_of",
     "RANDOMNESS",
     "OPERATIONS",
+    "SCHEMES",
+    "scheme_of",
     "check_auditable",
     "probs_to_logits",
     "seeded_global_rng",
@@ -61,6 +63,25 @@ RANDOMNESS = ("generator", "uniforms", "global_rng")
 - ``"global_rng"``: it uses torch's global RNG; the adapter seeds that RNG from the passed
   generator for the call and restores its previous state afterwards
   (:func:`seeded_global_rng`).
+"""
+
+SCHEMES = ("tokenwise", "sample_compare", "block", "multi_draft", "tree", "lossy")
+"""Verification schemes a sampler may declare (:attr:`Capabilities.scheme`); the audit
+takes each scheme's own reference for the accepted length, and the emitted law is the
+target's for every scheme but ``"lossy"``:
+
+- ``"tokenwise"``: modified rejection sampling, draft by draft (Leviathan et al. 2023):
+  a draft is accepted with probability ``min(1, p/q)``, so ``sum_v min(p, q)`` per draft;
+- ``"sample_compare"``: the target samples its own token at each position and the draft
+  is kept while they agree (mlx-lm, llama.cpp): exact, accepting ``sum_v p q`` per draft;
+- ``"block"``: block verification (Sun et al., arXiv:2403.10444): exact, accepting at
+  least as much as token-wise;
+- ``"multi_draft"``: several draft chains per row, recursive rejection sampling
+  (SpecInfer, Miao et al. 2024);
+- ``"tree"``: a draft tree verified against the target law after each node;
+- ``"lossy"``: knowingly inexact acceptance (e.g. Medusa's typical acceptance); its
+  parameters go in :attr:`Capabilities.scheme_params`, and the audit measures its TV
+  from the target law instead of failing it.
 """
 
 OPERATIONS = ("penalties",) + _ORDER_OPERATIONS
@@ -97,6 +118,11 @@ class Capabilities:
         Logits level: whether ``temperature == 0`` is supported.
     notes : str
         Anything else a reader of the report needs (e.g. flags the adapter fixes).
+    scheme : str
+        The verification scheme the sampler implements (:data:`SCHEMES`, default
+        ``"tokenwise"``); the audit judges its accepted length by that scheme's optimum.
+    scheme_params : tuple of (str, float) pairs
+        Parameters of the scheme (e.g. ``(("threshold", 0.3),)`` for a lossy one).
 
     Raises
     ------
@@ -117,6 +143,8 @@ class Capabilities:
     repetition_penalty_scope: Literal["output", "prompt_and_output"] = "output"
     greedy: bool = True
     notes: str = ""
+    scheme: str = "tokenwise"
+    scheme_params: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("logits_level", "greedy"):
@@ -140,7 +168,17 @@ class Capabilities:
             raise ValueError("order_of_operations applies to logits-level samplers only")
         if self.logits_level and not self.order_of_operations:
             raise ValueError("a logits-level sampler must declare its order_of_operations")
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        if not isinstance(self.scheme_params, tuple) or not all(
+                isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in self.scheme_params):
+            raise TypeError(f"scheme_params must be a tuple of (name, value) pairs, got {self.scheme_params!r}")
         self.processing  # validates the order (repeats) and the scope
+
+    @property
+    def lossless(self) -> bool:
+        """False only for a sampler that declares itself lossy."""
+        return self.scheme != "lossy"
 
     @property
     def processing(self) -> LogitsProcessing:
@@ -157,6 +195,7 @@ class Capabilities:
         d["dtypes"] = [str(t).removeprefix("torch.") for t in self.dtypes]
         d["devices"] = list(self.devices)
         d["order_of_operations"] = list(self.order_of_operations)
+        d["scheme_params"] = {k: v for k, v in self.scheme_params}
         return d
 
 
@@ -281,6 +320,12 @@ def processing_of(obj: object) -> LogitsProcessing:
     """The logits processing the audit's reference laws use for sampler ``obj``."""
     caps = getattr(obj, "capabilities", None)
     return caps.processing if isinstance(caps, Capabilities) else BUILTIN_PROCESSING
+
+
+def scheme_of(obj: object) -> str:
+    """The verification scheme sampler ``obj`` declares (``"tokenwise"`` when it declares none)."""
+    caps = getattr(obj, "capabilities", None)
+    return caps.scheme if isinstance(caps, Capabilities) else "tokenwise"
 
 
 def check_auditable(obj: object) -> None:

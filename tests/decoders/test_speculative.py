@@ -185,3 +185,45 @@ def test_a_verifier_that_overwrites_its_id_input_is_judged_on_what_it_returned(m
     b = speculative_generate(target, draft, prompts, SamplingParams(), generator=torch.Generator().manual_seed(1),
                              **kw)
     assert torch.equal(a.tokens, b.tokens)
+
+
+def test_observer_sees_every_round_and_its_records_rebuild_the_output(models):
+    """The observer's records hold what the verifier saw and did: the kept tokens of all
+    rounds, in order, are the generated tokens; the target laws are those the verifier got."""
+    from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier
+
+    target, draft = models
+    prompts = torch.randint(0, 7, (48, 2), generator=torch.Generator().manual_seed(3))
+    params = [SamplingParams(temperature=0.9, top_k=5, repetition_penalty=1.3 + 0.1 * (i % 2)) for i in range(48)]
+    outputs = {}
+    for name, verifier in (("prob", verify), ("logits", LogitsLevelVerifier())):
+        records = []
+        seen = []
+
+        def spy(ids, q, p, gen, _seen=seen):
+            _seen.append(p.clone())
+            return verify(ids, q, p, gen)
+
+        if name == "prob":
+            verifier = spy
+        out = speculative_generate(target, draft, prompts, params, num_draft_tokens=3, max_new_tokens=9,
+                                   generator=torch.Generator().manual_seed(4), eos_token_id=EOS,
+                                   verifier=verifier, observer=lambda r, _rec=records: _rec.append(
+                                       (r.round_index, r.rows.clone(), r.num_generated.clone(), r.output.clone(),
+                                        r.num_emitted.clone(), r.num_kept.clone(), r.target_probs.clone())))
+        rebuilt = torch.full_like(out.tokens, -1)
+        for k, (ri, rows, ngen, o, nem, nkeep, tp) in enumerate(records):
+            assert ri == k
+            assert tp.shape == (len(rows), 4, target.vocab_size)
+            assert bool((nkeep <= nem).all()) and bool((nkeep >= 1).all())
+            if name == "prob":
+                assert torch.equal(tp, seen[k])
+            for a, r in enumerate(rows.tolist()):
+                n0, m = int(ngen[a]), int(nkeep[a])
+                rebuilt[r, n0:n0 + m] = o[a, :m]
+        assert torch.equal(rebuilt, out.tokens)
+        outputs[name] = (out.tokens, [rec[6] for rec in records])
+    # Same generator, same law: the logits-level path computes the same processed laws.
+    assert torch.equal(outputs["prob"][0], outputs["logits"][0])
+    for a, b in zip(*(outputs[n][1] for n in ("prob", "logits"))):
+        torch.testing.assert_close(a, b)

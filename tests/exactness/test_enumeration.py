@@ -87,3 +87,26 @@ def test_identical_models_accept_everything(model):
 def test_too_many_outcomes_refused(model):
     with pytest.raises(ValueError, match="max_outcomes"):
         sequence_law(model, torch.tensor([0]), SamplingParams(), length=6, max_outcomes=100)
+
+
+def test_acceptance_law_of_sample_compare_uses_p_times_q():
+    """Sample-and-compare (the target samples, the draft is kept on a match) accepts a draft
+    with probability p(d): one position has P(N >= 1) = sum_v p q, below sum_v min(p, q)."""
+    import torch as _torch
+
+    from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig, batch_params, process_logits
+
+    target = ToyLM(ToyLMConfig(vocab_size=5, seed=2))
+    draft = target.draft(0.9)
+    prompt = _torch.tensor([[1, 3]])
+    sp = SamplingParams()
+    tok = acceptance_law(target, draft, prompt, sp, sp, num_draft_tokens=1)
+    cmp = acceptance_law(target, draft, prompt, sp, sp, num_draft_tokens=1, scheme="sample_compare")
+    pos = _torch.tensor([[1]])
+    p = process_logits(target.to(dtype=_torch.float64)(prompt, pos)[:, 0], batch_params(sp, 1), None)[0]
+    q = process_logits(draft.to(dtype=_torch.float64)(prompt, pos)[:, 0], batch_params(sp, 1), None)[0]
+    assert abs(cmp[1] - float((p * q).sum())) < 1e-12
+    assert abs(tok[1] - float(_torch.minimum(p, q).sum())) < 1e-12
+    assert cmp[1] < tok[1]
+    with pytest.raises(ValueError, match="scheme"):
+        acceptance_law(target, draft, prompt, sp, sp, num_draft_tokens=1, scheme="block")

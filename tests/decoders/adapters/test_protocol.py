@@ -23,7 +23,7 @@ def test_capabilities_to_dict_is_json_ready():
     d = caps(notes="x").to_dict()
     assert d == {"max_batch_size": 1, "dtypes": ["float32"], "devices": ["cpu"], "randomness": "global_rng",
                  "logits_level": False, "order_of_operations": [], "repetition_penalty_scope": "output",
-                 "greedy": True, "notes": "x"}
+                 "greedy": True, "notes": "x", "scheme": "tokenwise", "scheme_params": {}}
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -106,3 +106,13 @@ def test_seeded_global_rng_restores_state_and_replays():
 def test_capabilities_types_are_checked(kw, match):
     with pytest.raises(TypeError, match=match):
         caps(**kw)
+
+
+def test_capabilities_scheme_is_validated_and_lossy_is_not_lossless():
+    assert caps().scheme == "tokenwise" and caps().lossless
+    lossy = caps(scheme="lossy", scheme_params=(("threshold", 0.3),))
+    assert not lossy.lossless and lossy.to_dict()["scheme_params"] == {"threshold": 0.3}
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        caps(scheme="typical")
+    with pytest.raises(TypeError, match="scheme_params"):
+        caps(scheme_params={"threshold": 0.3})
