@@ -17,6 +17,7 @@ vLLM, FlashInfer and SGLang adapters are planned (README, "Third-party samplers"
 from .protocol import (
     OPERATIONS,
     RANDOMNESS,
+    SCHEMES,
     Capabilities,
     LogitsSamplerAdapter,
     LogitsVerifyInputs,
@@ -25,7 +26,10 @@ from .protocol import (
     is_logits_level,
     processing_of,
     probs_to_logits,
+    scheme_of,
     seeded_global_rng,
+    takes_uniforms,
+    uniforms_dtype_of,
 )
 
 __all__ = [
@@ -34,10 +38,14 @@ __all__ = [
     "LogitsVerifyInputs",
     "OPERATIONS",
     "RANDOMNESS",
+    "SCHEMES",
     "SamplerAdapter",
     "check_auditable",
     "is_logits_level",
     "processing_of",
+    "scheme_of",
+    "takes_uniforms",
+    "uniforms_dtype_of",
     "probs_to_logits",
     "seeded_global_rng",
 ]

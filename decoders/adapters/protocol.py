@@ -48,6 +48,8 @@ __all__ = [
     "OPERATIONS",
     "SCHEMES",
     "scheme_of",
+    "takes_uniforms",
+    "uniforms_dtype_of",
     "check_auditable",
     "probs_to_logits",
     "seeded_global_rng",
@@ -326,6 +328,33 @@ def scheme_of(obj: object) -> str:
     """The verification scheme sampler ``obj`` declares (``"tokenwise"`` when it declares none)."""
     caps = getattr(obj, "capabilities", None)
     return caps.scheme if isinstance(caps, Capabilities) else "tokenwise"
+
+
+def takes_uniforms(obj: object) -> bool:
+    """True for a sampler whose acceptance uniforms the caller can supply.
+
+    Such a sampler has, beside its usual entry point, the method
+    ``verify_with_uniforms(draft_token_ids [B, K], draft_probs [B, K, V], target_probs
+    [B, K+1, V], uniforms [B, K], generator) -> LongTensor [B, K+1]`` (probability level) or
+    ``verify_logits_with_uniforms(inputs, uniforms, generator)`` (logits level), where
+    ``uniforms[b, i]`` (float64 in ``[0, 1)``) is the uniform the sampler compares with the
+    acceptance ratio of draft ``i`` of row ``b`` — whatever form its test takes (``u < p/q``,
+    ``u q < p``, ``u <= p/q``) — and every other draw (recovered and bonus tokens) comes from
+    ``generator``. The sampler casts the uniforms to the dtype its own uniforms have
+    (:func:`uniforms_dtype_of`), so a prober knows the grid it probes on. This is what the
+    fuzz phase's boundary-uniform probes use.
+    """
+    name = "verify_logits_with_uniforms" if is_logits_level(obj) else "verify_with_uniforms"
+    return callable(getattr(obj, name, None))
+
+
+def uniforms_dtype_of(obj: object) -> torch.dtype:
+    """The dtype of a uniforms-taking sampler's acceptance uniforms (attribute
+    ``uniforms_dtype``; float64 when it states none)."""
+    dtype = getattr(obj, "uniforms_dtype", torch.float64)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"uniforms_dtype must be a floating torch.dtype, got {dtype!r}")
+    return dtype
 
 
 def check_auditable(obj: object) -> None:

@@ -116,3 +116,25 @@ def test_capabilities_scheme_is_validated_and_lossy_is_not_lossless():
         caps(scheme="typical")
     with pytest.raises(TypeError, match="scheme_params"):
         caps(scheme_params={"threshold": 0.3})
+
+
+def test_takes_uniforms_and_its_dtype():
+    from specexact.decoders.adapters import takes_uniforms, uniforms_dtype_of
+
+    class Plain:
+        def __call__(self, *a):
+            return None
+
+    class Takes(Plain):
+        uniforms_dtype = torch.float32
+
+        def verify_with_uniforms(self, ids, q, p, u, generator):
+            return None
+
+    class BadDtype(Takes):
+        uniforms_dtype = torch.int32
+
+    assert not takes_uniforms(Plain()) and takes_uniforms(Takes())
+    assert uniforms_dtype_of(Plain()) == torch.float64 and uniforms_dtype_of(Takes()) == torch.float32
+    with pytest.raises(TypeError, match="uniforms_dtype"):
+        uniforms_dtype_of(BadDtype())
