@@ -16,7 +16,7 @@ import torch
 
 from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig
 
-__all__ = ["RowClass", "AuditCase", "default_cases", "quick_cases", "opt_in_cases", "all_cases"]
+__all__ = ["RowClass", "AuditCase", "default_cases", "quick_cases"]
 
 
 @dataclass(frozen=True)
@@ -249,22 +249,3 @@ def quick_cases() -> list[AuditCase]:
     """A small subset for fast tests: the exact cases with smaller batches."""
     return [replace(c, batch_size=c.batch_size // 4 if c.exact else c.batch_size)
             for c in default_cases() if c.exact]
-
-
-def opt_in_cases() -> list:
-    """Cases outside the default audit, run when named (``--case NAME``): the verify-level
-    cases (:func:`specexact.audit.verify_case.verify_cases`). ``v32000-verify`` is not a
-    default case because of the zoo self-check (``tests/audit/test_zoo.py``: 17 verifiers,
-    4 calls per default case): one call of each zoo verifier on its V=32000 rows took
-    28 s of single-thread CPU in all at 1024 rows per call (the zoo's verifiers build
-    ``[B, V]`` float64 temporaries), so 4 calls would add ~55 s to a zoo run of ~92 s on 2
-    workers at 1024 rows, about 4x that at the case's 4096 (measured on a loaded 2-core
-    machine); see the README ("What the audit checks")."""
-    from .verify_case import verify_cases
-
-    return verify_cases()
-
-
-def all_cases(quick: bool = False) -> list:
-    """The default (or quick) cases, then :func:`opt_in_cases`: every case a name can select."""
-    return [*(quick_cases() if quick else default_cases()), *opt_in_cases()]

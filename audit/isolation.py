@@ -37,7 +37,7 @@ import torch
 from specexact.exactness.results import CheckResult
 
 from .cases import AuditCase
-from .runner import CaseResult, case_seed
+from .case_result import CaseResult, case_seed
 
 __all__ = ["run_case_isolated", "case_result_from_dict", "defect_result", "PROGRESS_PREFIX"]
 

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from .cases import AuditCase, all_cases
+from .catalog import all_cases
+from .cases import AuditCase
 from .runner import run_case
 
 __all__ = ["Reproduction", "minimise", "reproduction_script"]
@@ -142,7 +143,7 @@ def reproduction_script(finding: Reproduction | Mapping) -> str:
             f"# {r.sampler}: {r.case} / {r.check} (p={r.pvalue:.3g} at false-fail rate {r.false_fail_rate:.3g})\n"
             "from dataclasses import replace\n"
             "from specexact.audit import resolve_sampler, run_case\n"
-            "from specexact.audit.cases import all_cases\n"
+            "from specexact.audit.catalog import all_cases\n"
             f"verifier, _ = resolve_sampler({r.sampler!r})\n"
             f"base = next(c for c in all_cases() if c.name == {r.case!r})\n"
             f"case = replace(base, {rows}batch_size={r.batch_size})\n"

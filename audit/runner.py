@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import time
 import traceback
-import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -39,90 +38,32 @@ from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
 from specexact.exactness.exact_tests import binomial_check
 from specexact.exactness.goodness_of_fit import chisquare_gof
-from specexact.exactness.independence import pair_agreement_vs_control_check
 from specexact.exactness.results import CheckResult
 from specexact.exactness.two_sample import chisquare_homogeneity
 
+from .case_result import CaseResult, case_seed, defect_check
 from .cases import AuditCase
+from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
+from .pairs import pair_checks
+from .verify_case import VERIFY_CHECKS, VerifyCase, run_verify_case
 
 __all__ = ["CaseResult", "run_case", "unsupported_reason", "restrict_to_sampler", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
 
-MIN_EXPECTED = 200.0
-"""Smallest expected count of a bin in the audit's chi-square checks."""
-
-CHI2_TAIL_INFLATION = 3.0
-"""Asymptotic (chi-square) checks run at ``1 / CHI2_TAIL_INFLATION`` of the per-check
-false-fail rate. At the audit's levels (1e-8 .. 1e-10) the chi-square approximation of
-Pearson's statistic understates the tail: the exact multinomial rate, computed for small
-binned laws by ``scripts/pearson_tail.py``, was 1.0-2.6 times the nominal rate for bins of
->= 200 expected counts (up to 40 times for bins of 20). Running these checks at a third of
-their share keeps the audit's total within its stated false-fail rate for the laws measured;
-it is a measured correction, not a proof for every binned law."""
-
-
 _VERIFY_LEVEL_REASON = ("a verify-level case calls the verifier with probabilities; a logits-level sampler "
                         "takes logits")
-
-
-@dataclass
-class CaseResult:
-    """What one case produced: checks, sample counts, timing, defects."""
-
-    case: AuditCase
-    checks: list[CheckResult] = field(default_factory=list)
-    num_sequences: int = 0
-    num_batches: int = 0
-    wall_time_s: float = 0.0
-    defect: str | None = None
-    seed: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return self.defect is None and all(c.passed for c in self.checks)
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.case.name,
-            "description": self.case.description,
-            "config": self.case.to_dict(),
-            "seed": self.seed,
-            "num_sequences": self.num_sequences,
-            "num_batches": self.num_batches,
-            "wall_time_s": self.wall_time_s,
-            "verdict": "pass" if self.passed else "fail",
-            "defect": self.defect,
-            "checks": [c.to_dict() for c in self.checks],
-        }
 
 
 def checks_per_case(case: AuditCase) -> int:
     """How many checks :func:`run_case` runs for ``case`` (known before sampling, so the
     audit can split its false-fail rate in advance)."""
     if _is_verify_case(case):
-        from .verify_case import VERIFY_CHECKS
-
         return VERIFY_CHECKS
     per_class = 4 if case.exact else 5
     return per_class * len(case.row_classes)
 
 
 def _is_verify_case(case) -> bool:
-    from .verify_case import VerifyCase
-
     return isinstance(case, VerifyCase)
-
-
-def case_seed(seed: int, case: AuditCase) -> int:
-    """The case's generator seed: a stable function of the audit seed and the case name."""
-    return (seed * 1_000_003 + zlib.crc32(case.name.encode())) % (2**63)
-
-
-def _defect_check(name: str, message: str, alpha: float) -> CheckResult:
-    return CheckResult(
-        name=name, method="exact", statistic=float("inf"), pvalue=0.0, dof=None, n=0,
-        false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.01, passed=False,
-        worst=(), details={"message": message}, description="the sampler crashed or broke the protocol",
-    )
 
 
 def run_case(
@@ -185,8 +126,6 @@ def run_case(
         raise ValueError(f"case {case.name!r} cannot audit this sampler: {reason}")
     case = runnable
     if _is_verify_case(case):
-        from .verify_case import run_verify_case
-
         return run_verify_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
                                time_budget_s=time_budget_s, device=device, progress=progress,
                                min_expected=min_expected)
@@ -213,7 +152,7 @@ def run_case(
             kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
             msg = f"{kind} in decoder call {b}: {type(exc).__name__}: {exc}"
             result.defect = msg + "\n" + "".join(traceback.format_exception(exc)[-3:])
-            result.checks.append(_defect_check("defect", msg, false_fail_rate))
+            result.checks.append(defect_check("defect", msg, false_fail_rate))
             break
         tokens.append(out.tokens.cpu())
         first_round.append(out.accepted_lengths[:, 0].cpu())
@@ -273,29 +212,6 @@ def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, st
     if not keep:
         return None, reason
     return case.restricted(keep), reason
-
-
-def _pair_checks(codes: np.ndarray, alpha: float, label: str) -> list[CheckResult]:
-    """Shared-randomness checks on one class's outcome codes ``[nb, R]`` (R rows per call).
-
-    Rows come in quads ``(a, b, c, d)`` and calls in pairs ``(x, y)``; the pairs compared
-    use distinct draws: suspect ``(a,x)-(b,x)`` (same call), suspect ``(c,x)-(c,y)`` (same
-    row, successive calls), control ``(d,x)-(b,y)`` (different call and row).
-    """
-    nb = codes.shape[0] - codes.shape[0] % 2
-    R = codes.shape[1] - codes.shape[1] % 4
-    x, y = codes[0:nb:2, :R], codes[1:nb:2, :R]
-    a, b, c, d = (slice(k, R, 4) for k in range(4))
-    within = x[:, a] == x[:, b]
-    across = x[:, c] == y[:, c]
-    control = x[:, d] == y[:, b]
-    n_ctrl, e_ctrl = int(control.size), int(control.sum())
-    return [
-        pair_agreement_vs_control_check(int(within.sum()), int(within.size), e_ctrl, n_ctrl,
-                                        false_fail_rate=alpha, name=f"independent_rows[{label}]"),
-        pair_agreement_vs_control_check(int(across.sum()), int(across.size), e_ctrl, n_ctrl,
-                                        false_fail_rate=alpha, name=f"independent_calls[{label}]"),
-    ]
 
 
 def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha,
@@ -362,5 +278,5 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
             "mean_accepted_length": float(acc.mean()),
             "expected_mean_accepted_length": float(np.dot(np.arange(gamma + 1), acc_law)),
         }))
-    checks.extend(_pair_checks(codes, alpha, label))
+    checks.extend(pair_checks(codes, alpha, label))
     return checks

@@ -19,6 +19,7 @@ import re
 from typing import Sequence
 
 from .cases import AuditCase
+from .report import build_report
 
 __all__ = ["ShardError", "parse_shard", "shard_cases", "merge_reports"]
 
@@ -65,7 +66,6 @@ def merge_reports(reports: Sequence[dict]) -> dict:
     """
     from specexact.reports.schema import SchemaError, validate_report
 
-    from .audit import build_report
 
     if not reports:
         raise ShardError("nothing to merge: give the JSON reports of all shards")

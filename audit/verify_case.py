@@ -40,7 +40,7 @@ the TV of the *binned* law):
   ``max(p_0 - q_0, 0) / sum`` (a sharper diagnosis of residual bugs: only those rows);
 - ``bonus_token_law``: the bonus token of rows that accept all ``K`` drafts vs ``p_K``;
 - ``independent_rows`` / ``independent_calls``: first-token agreement of two rows of one
-  call / one row in two calls vs control pairs (as ``_pair_checks`` in ``runner.py``).
+  call / one row in two calls vs control pairs (:func:`~specexact.audit.pairs.pair_checks`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ from specexact.decoders import (
     process_logits,
 )
 
+from .case_result import CaseResult, case_seed, defect_check
 from .cases import RowClass
+from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
+from .pairs import pair_checks
 
 __all__ = ["VerifyCase", "VerifyLaws", "VERIFY_CHECKS", "verify_cases", "run_verify_case", "verify_call"]
 
@@ -262,8 +265,6 @@ def run_verify_case(
     docstring); the arguments and the result are those of :func:`~specexact.audit.runner.run_case`."""
     from specexact.exactness.goodness_of_fit import chisquare_gof
 
-    from .runner import CHI2_TAIL_INFLATION, MIN_EXPECTED, CaseResult, _defect_check, _pair_checks, case_seed
-
     if (num_batches is None) == (time_budget_s is None):
         raise ValueError("give exactly one of num_batches and time_budget_s")
     min_expected = MIN_EXPECTED if min_expected is None else min_expected
@@ -286,7 +287,7 @@ def run_verify_case(
             kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
             msg = f"{kind} in verifier call {b}: {type(exc).__name__}: {exc}"
             result.defect = msg + "\n" + "".join(traceback.format_exception(exc)[-3:])
-            result.checks.append(_defect_check("defect", msg, false_fail_rate))
+            result.checks.append(defect_check("defect", msg, false_fail_rate))
             break
         out, num = out.cpu(), num.cpu()
         n_acc = num - 1  # [B] in [0, K]
@@ -331,7 +332,7 @@ def run_verify_case(
                 continue
             checks.append(chisquare_gof(counts.numpy(), law, false_fail_rate=a2, min_expected=min_expected,
                                         labels=labels, name=name))
-        checks.extend(_pair_checks(torch.stack(codes).numpy(), alpha, "first token")
+        checks.extend(pair_checks(torch.stack(codes).numpy(), alpha, "first token")
                       if codes else [])
         # _pair_checks names its checks "independent_rows[first token]"; keep plain names.
         for i, chk in enumerate(checks):

@@ -182,8 +182,8 @@ def _audit(args) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from specexact.audit import SamplerError, default_cases, quick_cases, resolve_sampler, run_audit
-    from specexact.audit.cases import opt_in_cases
+    from specexact.audit import AuditSettings, SamplerError, default_cases, quick_cases, resolve_sampler, run_audit
+    from specexact.audit.catalog import opt_in_cases
     from specexact.audit.shard import ShardError, parse_shard
 
     console = Console(stderr=True)
@@ -235,7 +235,7 @@ def _audit(args) -> int:
             return EXIT_ERROR
     baseline = None
     if args.baseline is not None:
-        from specexact.audit.audit import SCHEMA
+        from specexact.audit.report import SCHEMA
 
         try:
             baseline = json.loads(Path(args.baseline).read_text())
@@ -302,6 +302,7 @@ def _audit(args) -> int:
             else:
                 progress.update(task, completed=state["done_batches"] + ev["num_batches"], info=info)
         elif kind == "case_end":
+            on_end(ev["result"])
             if budget_mode and "elapsed_s" in ev:
                 progress.update(task, completed=min(ev["elapsed_s"], args.budget))
             elif not budget_mode:
@@ -319,13 +320,13 @@ def _audit(args) -> int:
 
     journal_dir = None if args.no_journal else Path(args.report_dir) / JOURNAL_SUBDIR
     with progress:
-        report = run_audit(verifier, sampler_name=args.sampler, sampler_target=target, cases=cases,
-                           false_fail_rate=args.false_fail_rate, budget_s=args.budget,
-                           num_batches=args.batches, seed=args.seed, device=device,
-                           on_case_end=on_end, on_status=on_status, shard=shard,
-                           journal_dir=journal_dir, fresh=args.fresh, isolate=args.isolate,
-                           case_timeout_s=args.case_timeout,
-                           case_set=("quick" if args.quick else "default"))
+        settings = AuditSettings(sampler_name=args.sampler, sampler_target=target, cases=tuple(cases),
+                                 false_fail_rate=args.false_fail_rate, budget_s=args.budget,
+                                 num_batches=args.batches, seed=args.seed, device=str(device), shard=shard,
+                                 journal_dir=None if journal_dir is None else str(journal_dir), fresh=args.fresh,
+                                 isolate=args.isolate, case_timeout_s=args.case_timeout,
+                                 case_set=("quick" if args.quick else "default"))
+        report = run_audit(verifier, settings, on_status=on_status)
     _print_table(report)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     stem = f"audit-{_safe(args.sampler)}-{stamp}" + (f"-shard{shard[0]}of{shard[1]}" if shard else "")

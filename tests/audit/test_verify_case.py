@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specexact.audit import run_audit
-from specexact.audit.cases import all_cases, opt_in_cases
+from specexact.audit.catalog import all_cases, opt_in_cases
 from specexact.audit.isolation import run_case_isolated
 from specexact.audit.journal import Journal, journal_path
 from specexact.audit.plan import approx_detectable_tv, pilot_costs, planning_checks, rows_per_class

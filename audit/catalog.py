@@ -1,0 +1,41 @@
+"""Every case a name can select: the default (or quick) decoder-level cases, then the
+opt-in ones (``--case NAME``), and lookup by name."""
+
+from __future__ import annotations
+
+from .cases import default_cases, quick_cases
+from .verify_case import verify_cases
+
+__all__ = ["opt_in_cases", "all_cases", "find_case"]
+
+
+def opt_in_cases() -> list:
+    """Cases outside the default audit, run when named (``--case NAME``): the verify-level
+    cases (:func:`specexact.audit.verify_case.verify_cases`). ``v32000-verify`` is not a
+    default case because of the zoo self-check (``tests/audit/test_zoo.py``: 17 verifiers,
+    4 calls per default case): one call of each zoo verifier on its V=32000 rows took
+    28 s of single-thread CPU in all at 1024 rows per call (the zoo's verifiers build
+    ``[B, V]`` float64 temporaries), so 4 calls would add ~55 s to a zoo run of ~92 s on 2
+    workers at 1024 rows, about 4x that at the case's 4096 (measured on a loaded 2-core
+    machine); see the README ("What the audit checks")."""
+    return verify_cases()
+
+
+def all_cases(quick: bool = False) -> list:
+    """The default (or quick) cases, then :func:`opt_in_cases`: every case a name can select."""
+    return [*(quick_cases() if quick else default_cases()), *opt_in_cases()]
+
+
+def find_case(name: str, quick: bool = False):
+    """The case named ``name`` among :func:`all_cases`.
+
+    Raises
+    ------
+    KeyError
+        No case has that name; the message lists the known names.
+    """
+    cases = all_cases(quick=quick)
+    for c in cases:
+        if c.name == name:
+            return c
+    raise KeyError(f"unknown case {name!r}; known: {sorted(c.name for c in cases)}")

@@ -1,0 +1,262 @@
+"""The middle stages of an audit: plan the sample sizes, then run the cases.
+
+- :func:`open_audit` (stage 2, *plan*): opens the journal of this audit (resuming the
+  cases an interrupted run finished) or starts one, and, with a time budget, times one
+  call of every case (the pilot, :func:`~specexact.audit.plan.pilot_costs`); a resumed
+  audit keeps its pilot. Returns an :class:`AuditRun`, which plans the cases not yet run
+  from the time left (:meth:`AuditRun.plan`).
+- :func:`run_cases` (stage 3, *run cases*): runs every case of the shard in order (in
+  process or isolated), re-planning the rest after each from the time actually left and
+  the speed actually measured, journals each finished case, and reports progress events.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from specexact.reports.json_report import to_jsonable
+
+from .case_result import CaseResult
+from .isolation import case_result_from_dict, run_case_isolated
+from .journal import Journal, journal_path
+from .plan import MIN_BATCHES, AuditPlan, CasePlan, approx_detectable_tv, pilot_costs, plan_batches, rows_per_class
+from .resolve import ResolvedAudit
+from .runner import run_case
+
+__all__ = ["AuditRun", "CasesOutcome", "open_audit", "run_cases", "now"]
+
+#: Prior of the per-case time outside sampling (models, enumeration, checks), seconds.
+_OVERHEAD_PRIOR_S = 1.0
+#: Prior of the start-up time of an isolated case's process (imports torch), seconds.
+_SPAWN_PRIOR_S = 3.0
+
+Status = Callable[[dict], None]
+
+
+def now() -> str:
+    """UTC time, ISO 8601 to the second."""
+    import datetime as _dt
+
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class AuditRun:
+    """A running audit: its journal, pilot, the cases already finished, and the speed model
+    the planner uses (see :func:`open_audit`)."""
+
+    resolved: ResolvedAudit
+    journal: Journal | None
+    header: dict
+    finished: dict  # case name -> journal record of a case finished by an earlier run
+    prior_s: float  # time spent by earlier (killed) runs of this audit
+    t0: float = field(default_factory=time.perf_counter)
+    ratios: list = field(default_factory=list)  # measured / pilot seconds per call
+    overheads: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    @property
+    def pilot_s(self) -> float:
+        return float(self.header.get("pilot_s") or 0.0)
+
+    @property
+    def started_at(self) -> str:
+        return self.header["started_at"]
+
+    @property
+    def cost_of(self) -> dict:
+        return dict(zip(self.header.get("cases") or [], self.header.get("costs") or []))
+
+    def speed(self) -> float:
+        """Measured / pilot seconds per call so far (1 before any case ran)."""
+        return float(np.median(self.ratios)) if self.ratios else 1.0
+
+    def overhead(self) -> float:
+        """Per-case seconds outside sampling (measured mean, or a prior)."""
+        spawn = _SPAWN_PRIOR_S if self.resolved.settings.isolate else 0.0
+        return float(np.mean(self.overheads)) if self.overheads else _OVERHEAD_PRIOR_S + spawn
+
+    def elapsed(self) -> float:
+        """Seconds this audit has run, earlier killed runs included."""
+        return self.prior_s + (time.perf_counter() - self.t0)
+
+    def plan(self, remaining: list) -> AuditPlan:
+        """The plan of the cases ``remaining`` from the time left now."""
+        settings = self.resolved.settings
+        alpha = self.resolved.per_check_false_fail_rate
+        if settings.mode == "batches":
+            nb = settings.num_batches + settings.num_batches % 2
+            cps = [CasePlan(c.name, None, rows_per_class(c), nb, None, nb * rows_per_class(c),
+                            approx_detectable_tv(c, nb * rows_per_class(c), alpha)) for c in remaining]
+            return AuditPlan("batches", None, 0.0, alpha, None, True, cps)
+        budget = settings.budget_s
+        left = budget - self.elapsed() - self.overhead() * len(remaining)
+        cost_of = self.cost_of
+        rc = [cost_of[c.name] * self.speed() for c in remaining]
+        batches, tv, feasible = plan_batches(remaining, rc, left, alpha)
+        cps = [CasePlan(c.name, cost, rows_per_class(c), b, b * cost, b * rows_per_class(c),
+                        approx_detectable_tv(c, b * rows_per_class(c), alpha))
+               for c, cost, b in zip(remaining, rc, batches)]
+        note = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
+                                    f"{sum(2 * x for x in rc) + self.overhead() * len(remaining):.0f} s more; "
+                                    "each runs its minimum of 2 decoder calls")
+        if note and not self.notes:
+            self.notes.append(note)
+        return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible, cps, note)
+
+
+def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> AuditRun:
+    """Stage 2 (*plan*): open or resume the journal and run the pilot (module docstring)."""
+    settings = resolved.settings
+    status = on_status or (lambda event: None)
+    verifier = resolved.sampler.verifier
+    t0 = time.perf_counter()  # the audit's clock starts before the pilot
+    created = {"new": False}
+
+    def new_header() -> dict:
+        created["new"] = True
+        costs, pilot_s = None, 0.0
+        if settings.mode == "budget":
+            status({"event": "pilot", "num_cases": len(resolved.run_cases)})
+            tp = time.perf_counter()
+            costs = pilot_costs(resolved.run_cases, resolved.device, verifier=None if settings.isolate else verifier)
+            pilot_s = time.perf_counter() - tp
+        return {"started_at": now(), "costs": costs, "pilot_s": pilot_s,
+                "cases": [c.name for c in resolved.run_cases], "sampler": settings.sampler_name}
+
+    journal, finished = None, {}
+    if settings.journal_dir is not None:
+        key = resolved.journal_key
+        journal, state = Journal.open(journal_path(settings.journal_dir, key), key, new_header, fresh=settings.fresh)
+        header, finished = state.header, state.cases
+    else:
+        header = new_header()
+    pilot_s = float(header.get("pilot_s") or 0.0)
+    prior_s = 0.0 if created["new"] else pilot_s + sum(
+        float(rec["result"].get("wall_time_s", 0.0)) for rec in finished.values())
+    return AuditRun(resolved=resolved, journal=journal, header=header, finished=finished, prior_s=prior_s, t0=t0)
+
+
+@dataclass
+class CasesOutcome:
+    """What :func:`run_cases` produced.
+
+    Attributes
+    ----------
+    results : list of (CaseResult, dict)
+        Each case's result and how it was executed (isolated, resumed, timeout, sampling
+        time, planned calls), in the shard's order.
+    plan : AuditPlan
+        The plan as carried out: each case's plan when it started.
+    resumed : list of str
+        Cases taken from the journal.
+    wall_time_s : float
+        Seconds spent in this process since the audit's clock started (the pilot included).
+    """
+
+    results: list
+    plan: AuditPlan
+    resumed: list
+    wall_time_s: float
+
+
+def _resumed(case, rec: dict) -> tuple[CaseResult, dict]:
+    res = case_result_from_dict(case, rec["result"])
+    execution = dict(rec.get("execution") or {})
+    execution["resumed"] = True
+    return res, execution
+
+
+def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
+    """Stage 3 (*run cases*): every case of the shard, re-planned after each (module docstring).
+
+    ``on_status(event)`` gets dicts ``{"event": "plan" | "case_start" | "batch" |
+    "case_end", ...}``; a ``case_end`` event carries the :class:`CaseResult` as ``result``.
+    """
+    resolved = run.resolved
+    settings = resolved.settings
+    status = on_status or (lambda event: None)
+    cases = resolved.run_cases
+    alpha = resolved.per_check_false_fail_rate
+    dev = resolved.device
+    verifier = resolved.sampler.verifier
+    first_plan = run.plan([c for c in cases if c.name not in run.finished])
+    status({"event": "plan", "plan": first_plan, "resumed": sorted(run.finished), "budget_s": settings.budget_s,
+            "mode": settings.mode, "num_cases": len(cases)})
+    results, resumed, planned = [], [], {}
+    for i, case in enumerate(cases):
+        common = {"case": case.name, "index": i, "num_cases": len(cases)}
+        if case.name in run.finished:
+            rec = run.finished[case.name]
+            res, execution = _resumed(case, rec)
+            results.append((res, execution))
+            resumed.append(case.name)
+            if rec.get("plan"):
+                planned[case.name] = CasePlan(**rec["plan"])
+            status({"event": "case_end", **common, "resumed": True, "passed": res.passed, "result": res})
+            continue
+        remaining = [c for c in cases[i:] if c.name not in run.finished]
+        cp = run.plan(remaining).cases[0]
+        planned[case.name] = cp
+        status({"event": "case_start", **common, "planned_batches": cp.planned_batches,
+                "planned_detectable_tv": cp.planned_detectable_tv, "planned_time_s": cp.planned_time_s,
+                "elapsed_s": run.elapsed()})
+        if settings.mode == "budget":
+            cost_of = run.cost_of
+            share = (cp.planned_batches - 0.5) * cp.seconds_per_batch
+            # Never more than the time left after the later cases' minimum. A no-op when the
+            # plan fits; it matters when the prediction is far off (a sampler much slower,
+            # relative to the pilot, on earlier cases than on this one), which would
+            # otherwise stretch the case past the budget.
+            left = settings.budget_s - run.elapsed() - run.overhead() * len(remaining) - sum(
+                MIN_BATCHES * cost_of[c.name] * run.speed() for c in remaining[1:])
+            sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3)}
+        else:
+            sizes = {"num_batches": settings.num_batches, "time_budget_s": None}
+        case_start = time.perf_counter()
+        last = {"t": None}
+        classes = len(case.row_classes)
+
+        def on_batch(num_sequences: int, nb: int, case=case, common=common, cp=cp, case_start=case_start,
+                     last=last, classes=classes):
+            last["t"] = time.perf_counter() - case_start
+            status({"event": "batch", **common, "num_sequences": num_sequences, "num_batches": nb,
+                    "planned_batches": cp.planned_batches,
+                    "detectable_tv": approx_detectable_tv(case, num_sequences // classes, alpha),
+                    "planned_detectable_tv": cp.planned_detectable_tv, "elapsed_s": run.elapsed()})
+
+        timeout = None
+        if settings.isolate:
+            timeout = settings.case_timeout_s or (4 * cp.planned_time_s + 300 if settings.mode == "budget"
+                                                  else 1800.0)
+            res, sampling = run_case_isolated(case, settings.sampler_name, false_fail_rate=alpha, seed=settings.seed,
+                                              device=dev, timeout_s=timeout, progress=on_batch, **sizes)
+        else:
+            res = run_case(case, verifier, false_fail_rate=alpha, seed=settings.seed, device=dev, progress=on_batch,
+                           **sizes)
+            sampling = last["t"]
+        total_case = time.perf_counter() - case_start
+        cost = run.cost_of.get(case.name)
+        if sampling is not None and res.num_batches and cost:
+            run.ratios.append((sampling / res.num_batches) / cost)
+        if sampling is not None:
+            run.overheads.append(max(total_case - sampling, 0.0))
+        execution = {"isolated": bool(settings.isolate), "resumed": False, "timeout_s": timeout,
+                     "sampling_time_s": sampling, "planned_batches": cp.planned_batches}
+        results.append((res, execution))
+        if run.journal is not None:
+            run.journal.append_case(case.name, to_jsonable(res.to_dict()), execution=to_jsonable(execution),
+                                    plan=to_jsonable(cp.to_dict()))
+        status({"event": "case_end", **common, "resumed": False, "passed": res.passed, "elapsed_s": run.elapsed(),
+                "result": res})
+    carried = [planned[c.name] for c in cases if c.name in planned]
+    finite = [c.planned_detectable_tv for c in carried if math.isfinite(c.planned_detectable_tv)]
+    target_tv = max(finite) if (settings.mode == "budget" and finite) else None
+    plan = AuditPlan(settings.mode, settings.effective_budget_s, run.pilot_s, alpha, target_tv, not run.notes,
+                     carried, run.notes[0] if run.notes else "")
+    return CasesOutcome(results=results, plan=plan, resumed=resumed, wall_time_s=time.perf_counter() - run.t0)

@@ -1,0 +1,186 @@
+"""The last stage of an audit: assemble the report (schema ``specexact.audit/1``) from the
+finished cases' dicts, with findings, their reproduction commands and the accepted-length
+histograms. Used by :func:`~specexact.audit.audit.run_audit` and by
+:func:`~specexact.audit.shard.merge_reports`, so a merged report is computed exactly as an
+unsharded one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+
+from specexact.exactness.budget import benjamini_hochberg
+
+from .verify_case import VERIFY_CHECKS
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms"]
+
+SCHEMA = "specexact.audit/1"
+"""Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
+SCHEMA_VERSION = "1.2"
+"""Full version: additions keep the major version, removals or changes of meaning bump it."""
+
+
+def _checks_of(config: dict) -> int:
+    if config.get("kind") == "verify":
+        return VERIFY_CHECKS
+    return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1])
+
+
+def _finding_kind(case: dict, chk: dict) -> str:
+    if chk["name"] != "defect":
+        return "inexactness"
+    kind = (chk.get("details") or {}).get("kind")
+    if kind in ("timeout", "crash"):
+        return kind
+    defect = case.get("defect") or ""
+    return "protocol_violation" if defect.startswith("protocol violation") else "crash"
+
+
+def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
+    alpha = settings["per_check_false_fail_rate"]
+    execution = case.get("execution") or {}
+    nb = int(case.get("num_batches") or 0)
+    if case.get("defect"):
+        nb = max(nb + 1, int(execution.get("planned_batches") or 0))
+    nb = max(2, nb + nb % 2)
+    rate = alpha * _checks_of(case.get("config", {}))
+    parts = ["specexact", "audit", "--sampler", _shell_quote(sampler["name"]), "--seed", str(settings["seed"]),
+             "--case", case["name"], "--batches", str(nb), "--false-fail-rate", f"{rate:.6g}"]
+    if settings.get("case_set") == "quick":
+        parts.append("--quick")
+    if settings.get("device"):
+        parts += ["--device", settings["device"]]
+    if execution.get("isolated") or _finding_kind(case, {"name": "defect", "details": {}}) in ("timeout",):
+        parts.append("--isolate")
+    return {
+        "command": " ".join(parts),
+        "python": (
+            "from specexact.audit import resolve_sampler, run_case\n"
+            "from specexact.audit.catalog import all_cases\n"
+            f"case = next(c for c in all_cases(quick={settings.get('case_set') == 'quick'}) "
+            f"if c.name == {case['name']!r})\n"
+            f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
+            f"result = run_case(case, verifier, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
+            f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
+            "print(result.defect or [str(c) for c in result.checks])"
+        ),
+        "case_seed": case.get("seed"),
+        "batch_size": case.get("config", {}).get("batch_size"),
+        "num_batches": nb,
+        "per_check_false_fail_rate": alpha,
+    }
+
+
+def _shell_quote(text: str) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_.:/=+-]+", text or ""):
+        return text
+    return "'" + (text or "").replace("'", "'\"'\"'") + "'"
+
+
+_N_LABEL = re.compile(r"^N=(\d+)")
+
+
+def accepted_length_histograms(checks: Sequence[dict]) -> list[dict]:
+    """Observed vs expected counts of every ``accepted_length`` check, for plots.
+
+    Uses the raw per-``N`` counts when the check's ``details`` hold ``observed_counts``
+    and ``expected_probs`` (unbinned, ``source: "details"``); otherwise the check's binned
+    ``worst`` entries when they cover all its bins (``source: "binned"``: labels such as
+    ``N=3 (+1 more)`` are bins that merged rare lengths). Checks whose law is a single bin
+    (e.g. greedy rows) have nothing to show and are listed with empty counts.
+    """
+    out = []
+    for chk in checks:
+        if not chk["name"].startswith("accepted_length"):
+            continue
+        details = chk.get("details") or {}
+        entry = {"case": chk["case"], "check": chk["name"], "passed": bool(chk["passed"]), "pvalue": chk["pvalue"],
+                 "labels": [], "observed": [], "expected": [], "source": "none"}
+        if isinstance(details.get("observed_counts"), list) and isinstance(details.get("expected_probs"), list):
+            obs = [float(x) for x in details["observed_counts"]]
+            n = sum(obs)
+            entry.update(labels=[f"N={k}" for k in range(len(obs))], observed=obs,
+                         expected=[n * float(p) for p in details["expected_probs"]], source="details")
+        else:
+            worst = [w for w in chk.get("worst", []) if isinstance(w[1], (int, float)) and isinstance(w[2], (int, float))]
+            bins = details.get("num_bins")
+            if worst and bins is not None and len(worst) == bins and all(_N_LABEL.match(w[0]) for w in worst):
+                worst.sort(key=lambda w: int(_N_LABEL.match(w[0]).group(1)))
+                entry.update(labels=[w[0] for w in worst], observed=[float(w[1]) for w in worst],
+                             expected=[float(w[2]) for w in worst], source="binned")
+        out.append(entry)
+    return out
+
+
+def build_report(
+    case_dicts: Sequence[dict],
+    *,
+    sampler: dict,
+    settings: dict,
+    environment: dict,
+    started_at: str,
+    finished_at: str | None = None,
+    wall_time_s: float,
+    plan: dict | None = None,
+    shards: list | None = None,
+    resumed_cases: Sequence[str] = (),
+) -> dict:
+    """Assemble the report (schema ``specexact.audit/1``) from finished cases' dicts.
+
+    Used by :func:`run_audit` and by :func:`specexact.audit.shard.merge_reports`, so a
+    merged report is computed exactly as an unsharded one.
+    """
+    alpha = settings["per_check_false_fail_rate"]
+    flat = []
+    for case in case_dicts:
+        for chk in case["checks"]:
+            flat.append({"case": case["name"], **chk})
+    pvalues = np.array([float(c["pvalue"]) for c in flat], dtype=float)
+    if len(pvalues):
+        for entry, adj in zip(flat, benjamini_hochberg(pvalues)):
+            entry["bh_adjusted_pvalue"] = float(adj)
+    findings = []
+    for case in case_dicts:
+        for chk in case["checks"]:
+            if chk["passed"]:
+                continue
+            kind = _finding_kind(case, chk)
+            message = (chk.get("details") or {}).get("message") or (
+                f"{chk['name']}: p={float(chk['pvalue']):.3g} <= {alpha:.3g}"
+                + (f" — {chk['description']}" if chk.get("description") else ""))
+            findings.append({
+                "case": case["name"],
+                "check": chk["name"],
+                "kind": kind,
+                "message": message,
+                "pvalue": chk["pvalue"],
+                "worst": [list(w) for w in chk.get("worst", [])],
+                "defect": case.get("defect"),
+                "reproduction": _reproduction(case, settings, sampler),
+            })
+    verdict = "pass" if all(c["verdict"] == "pass" for c in case_dicts) else "fail"
+    report = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "verdict": verdict,
+        "sampler": sampler,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "wall_time_s": wall_time_s,
+        "settings": settings,
+        "plan": plan,
+        "environment": environment,
+        "num_sequences": int(sum(c["num_sequences"] for c in case_dicts)),
+        "resumed_cases": list(resumed_cases),
+        "cases": list(case_dicts),
+        "checks": flat,
+        "findings": findings,
+        "accepted_length": accepted_length_histograms(flat),
+    }
+    if shards is not None:
+        report["shards"] = shards
+    return report
