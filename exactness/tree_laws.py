@@ -45,6 +45,7 @@ __all__ = [
     "draft_tree",
     "tokenwise_program",
     "block_program",
+    "block_weights",
     "rrs_program",
     "target_only_program",
     "typical_program",
