@@ -46,6 +46,22 @@ def test_decisions_with_injected_uniforms():
     assert out.tolist() == [[1, 0, 1], [1, 1, -1], [1, -1, -1]]
 
 
+def test_residual_after_a_partial_block_carries_the_weight():
+    """tau = 1 with w_1 < 1: the last token comes from max(w_1 p_1 - q_1, 0), not the token-wise
+    residual max(p_1 - q_1, 0) (the two give different tokens at this uniform)."""
+    ids = torch.tensor([[0, 2]])
+    q = torch.tensor([[[0.8, 0.1, 0.1], [0.05, 0.05, 0.9]]], dtype=torch.float64)
+    p = torch.tensor([[[0.4, 0.3, 0.3], [0.1, 0.6, 0.3], [1 / 3, 1 / 3, 1 / 3]]], dtype=torch.float64)
+    w = block_verification_weights(ids, q, p)
+    # w_1 = 0.4 / 0.8 = 0.5; s_1 = sum max(0.5 p_1 - q_1, 0) = 0.25, h_1 = 0.25 / (0.25 + 0.5) = 1/3;
+    # w_2 = h_2 = 0.5 * 0.3 / 0.9 = 1/6.
+    assert torch.allclose(w.stop_probs, torch.tensor([[1 / 3, 1 / 6]], dtype=torch.float64))
+    out = verify_block(ids, q, p, uniforms=torch.tensor([[0.2, 0.9]], dtype=torch.float64),
+                       final_uniforms=torch.tensor([0.05], dtype=torch.float64))
+    # block residual (0, 0.25, 0): token 1; the token-wise one (0.05, 0.55, 0) / 0.6 would give token 0.
+    assert out.tolist() == [[0, 1, -1]]
+
+
 def test_accepts_more_than_tokenwise_on_the_papers_example():
     laws = PrefixLaws.fixed(P.numpy(), Q.numpy())
     blk = block_accepted_length_law(laws, 2)
