@@ -239,7 +239,6 @@ def tree_speculative_generate(
         W = int(a_len.max()) + depth_max
         # node_seq[:, 0] is the context, node_seq[:, n + 1] the context followed by node n's path.
         node_seq = seq[act, :W][:, None, :].repeat(1, N + 1, 1)  # [A, N+1, W]
-        a_rows = torch.arange(A, device=device)
         ids = torch.empty(A, N, dtype=torch.int64, device=device)
         dprobs = torch.empty(A, N, V, dtype=torch.float32, device=device)
         d_act = d_bp.select(act)
@@ -300,7 +299,6 @@ def tree_speculative_generate(
         if eos_token_id is not None:
             finished |= ((tokens == eos_token_id) & keep).any(1)
         done[act] = finished
-        del a_rows
 
     out_tokens = seq[:, T0:T0 + max_new_tokens]
     return GenerationOutput(tokens=out_tokens, num_tokens=lengths - T0, target_calls=target_calls,
