@@ -152,6 +152,7 @@ def pytest_configure(config):
     config.pluginmanager.register(_Summary(config), "specexact-summary")
 
 
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter asks pytest_report_collectionfinish
 def pytest_collection_finish(session):
     session.config.stash[_BUDGET].assign(session.items)
 
