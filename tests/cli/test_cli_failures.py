@@ -250,3 +250,20 @@ def test_version():
 
     out = cli("--version")
     assert out.returncode == 0 and out.stdout.startswith(f"specexact {__version__} (torch ")
+
+
+def test_merge_and_render_outputs_that_cannot_be_written_exit_2(tmp_path, capsys):
+    from specexact.audit import quick_cases, run_audit
+    from specexact.decoders import verify
+    from specexact.reports import write_json
+
+    report = run_audit(verify, cases=[c for c in quick_cases() if c.name == "v8-plain"], num_batches=2,
+                       budget_s=None, shard=(1, 1))  # not asserted to pass: only the files matter
+    shard = write_json(report, tmp_path / "shard.json")
+    (tmp_path / "file").write_text("x")
+    assert main(["merge", str(shard), "--report-dir", str(tmp_path / "file"), "--quiet"]) == 2
+    assert main(["merge", str(shard), "--report-dir", str(tmp_path / "m"), "--json", str(tmp_path / "file" / "x")]) == 2
+    assert main(["render", str(shard), "--out-dir", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert err.count(str(tmp_path / "file")) >= 3 and "Traceback" not in err
+    assert main(["merge", str(shard), "--report-dir", str(tmp_path / "m"), "--quiet", "--no-html"]) in (0, 1)
