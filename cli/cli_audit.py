@@ -309,7 +309,7 @@ def audit_command(args) -> int:
     except KeyboardInterrupt:
         if display.journal and held_journal(display.journal) is not None:
             held_journal(display.journal).close()
-        console.print(f"[red]{escape(display.interrupted_message(args.no_journal))}[/]")
+        _error_line(display.interrupted_message(args.no_journal))
         return EXIT_ERROR
     except JournalBusy as exc:
         raise CliError(f"{exc}; wait for it to finish, or run with --no-journal or another --report-dir") from exc
@@ -334,12 +334,17 @@ def audit_command(args) -> int:
                                   journal=journal)
         except KeyboardInterrupt:
             kept = f"; the journal {journal.path} is kept: run the same command again to write them" if journal else ""
-            console.print(f"[red]interrupted while writing the reports{escape(kept)}[/]")
+            _error_line(f"interrupted while writing the reports{kept}")
             return EXIT_ERROR
     _summary(report, paths, console)
     if diff is not None:
         return EXIT_FAIL if diff.regressed else EXIT_PASS
     return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+
+
+def _error_line(message: str) -> None:
+    """One line on stderr, never wrapped (paths stay whole for people and scripts)."""
+    print(f"specexact: error: {message}", file=sys.stderr, flush=True)
 
 
 def _summary(report: dict, paths: dict, console) -> None:
@@ -355,10 +360,11 @@ def _summary(report: dict, paths: dict, console) -> None:
                              if classes else "")
         console.print(f"[yellow]skipped[/] {escape(what)}: {escape(sk['reason'])}")
     for f in report["findings"]:
-        console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}")
-        console.print(f"  reproduce: {escape(f['reproduction']['command'])}")
+        console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}",
+                      soft_wrap=True)
+        console.print(f"  reproduce: {escape(f['reproduction']['command'])}", soft_wrap=True)  # one line: copyable
     threads = (report["settings"].get("threads") or {}).get("threads")
     console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
                   f"{report['wall_time_s']:.1f} s" + (f" ({threads} torch thread{'s' if threads != 1 else ''})"
                                                        if threads else "")
-                  + "; reports: " + ", ".join(escape(str(p)) for p in paths.values()))
+                  + "; reports: " + ", ".join(escape(str(p)) for p in paths.values()), soft_wrap=True)
