@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from specexact.reports.json_report import to_jsonable
+import torch
+
+from specexact.reports.json_report import report_to_jsonable
 
 from .execute import AuditRun, CasesOutcome, now, open_audit, run_cases
 from .report import SCHEMA, SCHEMA_VERSION, accepted_length_histograms, build_report
@@ -59,12 +61,17 @@ def assemble_report(run: AuditRun, outcome: CasesOutcome) -> dict:
         d = res.to_dict()
         d["execution"] = execution
         case_dicts.append(d)
+    settings = _settings_dict(resolved)
+    environment = dict(resolved.environment)
+    if run.threads is not None:  # chosen after the environment was read
+        settings["threads"] = run.threads.to_dict()
+        environment["torch_num_threads"] = run.threads.threads
     report = build_report(
-        case_dicts, sampler=resolved.sampler.to_dict(), settings=_settings_dict(resolved),
-        environment=resolved.environment, started_at=run.started_at, finished_at=now(),
+        case_dicts, sampler=resolved.sampler.to_dict(), settings=settings,
+        environment=environment, started_at=run.started_at, finished_at=now(),
         wall_time_s=outcome.wall_time_s, plan=outcome.plan.to_dict(), resumed_cases=outcome.resumed,
     )
-    report = to_jsonable(report)
+    report = report_to_jsonable(report)
     if run.journal is not None:
         report["journal"] = str(run.journal.path)
     return report
@@ -101,11 +108,27 @@ def run_audit(verifier, settings: AuditSettings | None = None, *,
         Invalid settings, or no case can drive this sampler.
     TypeError
         An unknown settings field.
+    specexact.audit.journal.JournalBusy
+        With ``journal_dir``: another process is running the same audit.
+    OSError
+        With ``journal_dir``: the journal cannot be written there.
+
+    Notes
+    -----
+    With ``journal_dir`` the journal stays locked by this process after the return (its
+    path is the report's ``journal``), so that whoever writes the reports can then remove
+    it (:meth:`~specexact.audit.journal.Journal.finish` of
+    :func:`~specexact.audit.journal.held_journal`); a later audit with the same key in this
+    process takes it over. The number of torch threads is restored on return.
     """
     settings = AuditSettings() if settings is None else settings
     if fields:
         settings = settings.with_(**fields)
-    resolved = resolve_audit(verifier, settings)
-    run = open_audit(resolved, on_status)
-    outcome = run_cases(run, on_status)
-    return assemble_report(run, outcome)
+    threads_before = torch.get_num_threads()
+    try:
+        resolved = resolve_audit(verifier, settings)
+        run = open_audit(resolved, on_status)
+        outcome = run_cases(run, on_status)
+        return assemble_report(run, outcome)
+    finally:
+        torch.set_num_threads(threads_before)

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import torch
 
 from specexact.reports.json_report import to_jsonable
 
 from .case_result import CaseResult
 from .isolation import case_result_from_dict, run_case_isolated
 from .journal import Journal, journal_path
-from .plan import MIN_BATCHES, AuditPlan, CasePlan, approx_detectable_tv, pilot_costs, plan_batches, rows_per_class
+from .plan import (MIN_BATCHES, AuditPlan, CasePlan, ThreadChoice, approx_detectable_tv, pilot_costs,
+                   pilot_with_thread_choice, plan_batches, rows_per_class)
 from .resolve import ResolvedAudit
 from .runner import run_case
 
@@ -55,6 +57,8 @@ class AuditRun:
     header: dict
     finished: dict  # case name -> journal record of a case finished by an earlier run
     prior_s: float  # time spent by earlier (killed) runs of this audit
+    threads: ThreadChoice | None = None
+    initial_plan: dict = field(default_factory=dict)  # case name -> planned calls of the first plan
     t0: float = field(default_factory=time.perf_counter)
     ratios: list = field(default_factory=list)  # measured / pilot seconds per call
     overheads: list = field(default_factory=list)
@@ -82,8 +86,9 @@ class AuditRun:
         return float(np.mean(self.overheads)) if self.overheads else _OVERHEAD_PRIOR_S + spawn
 
     def elapsed(self) -> float:
-        """Seconds this audit has run, earlier killed runs included."""
-        return self.prior_s + (time.perf_counter() - self.t0)
+        """Seconds this audit has run, earlier killed runs and the caller's start-up
+        (``settings.elapsed_before_s``) included."""
+        return self.prior_s + self.resolved.settings.elapsed_before_s + (time.perf_counter() - self.t0)
 
     def plan(self, remaining: list) -> AuditPlan:
         """The plan of the cases ``remaining`` from the time left now."""
@@ -121,12 +126,20 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
     def new_header() -> dict:
         created["new"] = True
         costs, pilot_s = None, 0.0
+        if settings.threads is not None:
+            torch.set_num_threads(settings.threads)
+        choice = ThreadChoice(torch.get_num_threads(), "set" if settings.threads is not None else "default")
         if settings.mode == "budget":
-            status({"event": "pilot", "num_cases": len(resolved.run_cases)})
+            status({"event": "pilot", "num_cases": len(resolved.run_cases),
+                    "choose_threads": settings.threads is None and resolved.device.type == "cpu"})
             tp = time.perf_counter()
-            costs = pilot_costs(resolved.run_cases, resolved.device, verifier=None if settings.isolate else verifier)
+            timed = None if settings.isolate else verifier
+            if settings.threads is None:
+                costs, choice = pilot_with_thread_choice(resolved.run_cases, resolved.device, verifier=timed)
+            else:
+                costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed)
             pilot_s = time.perf_counter() - tp
-        return {"started_at": now(), "costs": costs, "pilot_s": pilot_s,
+        return {"started_at": now(), "costs": costs, "pilot_s": pilot_s, "threads": choice.to_dict(),
                 "cases": [c.name for c in resolved.run_cases], "sampler": settings.sampler_name}
 
     journal, finished = None, {}
@@ -139,7 +152,23 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
     pilot_s = float(header.get("pilot_s") or 0.0)
     prior_s = 0.0 if created["new"] else pilot_s + sum(
         float(rec["result"].get("wall_time_s", 0.0)) for rec in finished.values())
-    return AuditRun(resolved=resolved, journal=journal, header=header, finished=finished, prior_s=prior_s, t0=t0)
+    threads = _threads_of(header, settings)
+    return AuditRun(resolved=resolved, journal=journal, header=header, finished=finished, prior_s=prior_s,
+                    threads=threads, t0=t0)
+
+
+def _threads_of(header: dict, settings) -> ThreadChoice:
+    """The thread count in force: the user's, else the one this audit's header recorded
+    (a resumed audit keeps its first run's choice, so its cases are computed alike)."""
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+        return ThreadChoice(settings.threads, "set")
+    recorded = header.get("threads")
+    if recorded:
+        choice = ThreadChoice.from_dict(recorded)
+        torch.set_num_threads(choice.threads)
+        return choice
+    return ThreadChoice(torch.get_num_threads(), "default")
 
 
 @dataclass
@@ -186,8 +215,10 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     dev = resolved.device
     verifier = resolved.sampler.verifier
     first_plan = run.plan([c for c in cases if c.name not in run.finished])
+    run.initial_plan = {c.name: c.planned_batches for c in first_plan.cases}
     status({"event": "plan", "plan": first_plan, "resumed": sorted(run.finished), "budget_s": settings.budget_s,
-            "mode": settings.mode, "num_cases": len(cases)})
+            "mode": settings.mode, "num_cases": len(cases), "threads": run.threads,
+            "journal": None if run.journal is None else str(run.journal.path)})
     results, resumed, planned = [], [], {}
     for i, case in enumerate(cases):
         common = {"case": case.name, "index": i, "num_cases": len(cases)}
@@ -204,6 +235,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
         cp = run.plan(remaining).cases[0]
         planned[case.name] = cp
         status({"event": "case_start", **common, "planned_batches": cp.planned_batches,
+                "initial_planned_batches": run.initial_plan.get(case.name),
                 "planned_detectable_tv": cp.planned_detectable_tv, "planned_time_s": cp.planned_time_s,
                 "elapsed_s": run.elapsed()})
         if settings.mode == "budget":
@@ -226,7 +258,8 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
                      last=last, classes=classes):
             last["t"] = time.perf_counter() - case_start
             status({"event": "batch", **common, "num_sequences": num_sequences, "num_batches": nb,
-                    "planned_batches": cp.planned_batches,
+                    "planned_batches": cp.planned_batches, "case_elapsed_s": last["t"],
+                    "planned_time_s": cp.planned_time_s,
                     "detectable_tv": approx_detectable_tv(case, num_sequences // classes, alpha),
                     "planned_detectable_tv": cp.planned_detectable_tv, "elapsed_s": run.elapsed()})
 
@@ -247,7 +280,8 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
         if sampling is not None:
             run.overheads.append(max(total_case - sampling, 0.0))
         execution = {"isolated": bool(settings.isolate), "resumed": False, "timeout_s": timeout,
-                     "sampling_time_s": sampling, "planned_batches": cp.planned_batches}
+                     "sampling_time_s": sampling, "planned_batches": cp.planned_batches,
+                     "initial_planned_batches": run.initial_plan.get(case.name), "planned_time_s": cp.planned_time_s}
         results.append((res, execution))
         if run.journal is not None:
             run.journal.append_case(case.name, to_jsonable(res.to_dict()), execution=to_jsonable(execution),

@@ -95,6 +95,13 @@ def _tail(path: Path) -> str:
     return text[-_STDERR_TAIL:].strip()
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def _child_env() -> dict:
     env = dict(os.environ)
     # The child must import what the parent imported: the sampler's module may live on a
@@ -165,11 +172,12 @@ def run_case_isolated(
                 timed_out = False
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
+                _kill_group(proc)
                 code = proc.wait()
+            except BaseException:  # Ctrl-C / SIGTERM of the audit: the case process must not outlive it
+                _kill_group(proc)
+                proc.wait()
+                raise
             thread.join(timeout=5)
         wall = time.perf_counter() - start
         if timed_out:

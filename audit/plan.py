@@ -2,9 +2,12 @@
 
 With ``--budget SECONDS`` the audit
 
-1. times one decoder call of every case with the built-in verifier (the *pilot*, after an
-   untimed warm-up call; its samples are discarded; it never runs the audited sampler, so
-   it cannot hang);
+1. times one decoder call of every case with the sampler under audit (the built-in
+   verifier with ``--isolate``, so the pilot cannot hang; the *pilot*, after an untimed
+   warm-up call; its samples are discarded) and, unless the number of torch threads is
+   given, chooses it by timing the same calls at a few thread counts
+   (:func:`pilot_with_thread_choice`: on a busy machine one thread is often many times
+   faster than torch's default);
 2. chooses the number of decoder calls of every case so that the calls of all cases fit
    the time left and the sum of the cases' squared *planned detectable TVs* — the smallest
    total-variation distance that a case's chi-square checks detect with power 0.99 at the
@@ -52,6 +55,11 @@ __all__ = [
     "tv_constant",
     "minimum_time",
     "pilot_costs",
+    "pilot_with_thread_choice",
+    "thread_candidates",
+    "ThreadChoice",
+    "THREAD_ADVANTAGE",
+    "THREAD_ABANDON",
 ]
 
 #: Bins assumed for a sequence / first-token check when planning (its binned law's size).
@@ -284,9 +292,82 @@ def plan_batches(
     return best, worst(best), True
 
 
+class _Pilot:
+    """One decoder call of each case, timed; the inputs are built once, untimed."""
+
+    def __init__(self, cases: Sequence[AuditCase], device: torch.device | str, verifier=None):
+        from specexact.decoders import verify
+
+        self.cases = list(cases)
+        self.dev = torch.device(device)
+        self.verifier = verifier
+        self.chosen = verify if verifier is None else verifier
+        self.prepared = [self._prepare(case) for case in self.cases]
+
+    def _prepare(self, case):
+        """What one call needs: the laws of a verify-level case, or the models and the batch
+        of a decoder-level one."""
+        if _is_verify(case):
+            return case.laws(self.dev)
+        return case.models(self.dev), case.batch(self.dev)
+
+    def _call(self, i: int, rows: int | None, v) -> None:
+        from specexact.decoders import speculative_generate
+
+        case, prepared = self.cases[i], self.prepared[i]
+        if _is_verify(case):
+            from dataclasses import replace
+
+            from .verify_case import verify_call
+
+            c = case if rows is None else replace(case, batch_size=rows)
+            verify_call(c, prepared, v, torch.Generator(device=self.dev).manual_seed(0))
+            return
+        (target, draft), (prompts, t_params, d_params) = prepared
+        if rows is not None:
+            prompts, t_params, d_params = prompts[:rows], t_params[:rows], d_params[:rows]
+        speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
+                             max_new_tokens=case.length, generator=torch.Generator(device=self.dev).manual_seed(0),
+                             eos_token_id=case.eos_token_id, verifier=v)
+
+    def warm_up(self) -> None:
+        """An untimed small call: the first call of a process (or of a new thread count)
+        pays one-time set-up costs."""
+        from specexact.decoders import verify
+
+        if not self.cases:
+            return
+        rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
+        try:
+            self._call(0, rows, self.chosen)
+        except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
+            self._call(0, rows, verify)
+
+    def time(self, i: int) -> float:
+        """Seconds of one call of case ``i`` (naive sampling included for a two-sample case)."""
+        from specexact.decoders import naive_generate, verify
+        from specexact.decoders.adapters.protocol import processing_of
+
+        case, prep = self.cases[i], self.prepared[i]
+        t0 = time.perf_counter()
+        try:
+            self._call(i, None, self.chosen)
+        except Exception:  # noqa: BLE001
+            t0 = time.perf_counter()
+            self._call(i, None, verify)
+        if not case.exact and not _is_verify(case):
+            (target, _), (prompts, t_params, _) = prep
+            naive_generate(target, prompts, t_params, max_new_tokens=case.length,
+                           generator=torch.Generator(device=self.dev).manual_seed(1), eos_token_id=case.eos_token_id,
+                           processing=None if self.verifier is None else processing_of(self.verifier))
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        return max(time.perf_counter() - t0, 1e-4)
+
+
 def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None) -> list[float]:
     """Seconds of one decoder call of every case (naive sampling included for two-sample
-    cases). The samples are discarded.
+    cases), at the current number of torch threads. The samples are discarded.
 
     ``verifier`` is the sampler under audit (default: the built-in verifier). Timing the
     audited sampler itself matters for third-party ones, whose cost can scale with rows,
@@ -294,56 +375,135 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     the built-in verifier instead (the audit records the crash when the case runs).
     A verify-level case is timed for one verifier call (its laws are computed untimed).
     """
-    from specexact.decoders import naive_generate, speculative_generate, verify
-    from specexact.decoders.adapters.protocol import processing_of
+    pilot = _Pilot(cases, device, verifier)
+    pilot.warm_up()
+    return [pilot.time(i) for i in range(len(pilot.cases))]
 
-    chosen = verify if verifier is None else verifier
+
+#: A thread count must beat one thread by this factor to be chosen: one thread is the
+#: steadier choice on a shared machine, and a single timed call is noisy.
+THREAD_ADVANTAGE = 0.9
+#: A candidate's timing stops once it has taken this many times one thread's time on the
+#: same cases: it is then clearly slower, and timing it further only wastes the budget.
+THREAD_ABANDON = 2.0
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The number of torch threads an audit runs with, and why.
+
+    Attributes
+    ----------
+    threads : int
+    chosen_by : {"measured", "set", "default"}
+        ``"measured"``: the pilot timed the candidates (:func:`choose_threads`);
+        ``"set"``: given by the user (``--threads``); ``"default"``: torch's own count
+        (fixed ``--batches``, where sample sizes do not depend on speed, or a
+        non-CPU device).
+    seconds : dict
+        ``{str(threads): seconds}`` of the pilot calls timed at each candidate (the same
+        cases for every candidate, so they compare); empty unless measured.
+    cases_timed : int
+        How many cases those seconds cover.
+    """
+
+    threads: int
+    chosen_by: str
+    seconds: dict = field(default_factory=dict)
+    cases_timed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ThreadChoice":
+        return cls(int(d["threads"]), str(d["chosen_by"]), dict(d.get("seconds") or {}), int(d.get("cases_timed", 0)))
+
+
+def thread_candidates(default: int) -> list[int]:
+    """Thread counts the pilot tries: one, half of ``default`` and ``default`` (torch's
+    count, normally the physical cores)."""
+    if default < 1:
+        raise ValueError(f"default must be >= 1, got {default!r}")
+    return sorted({1, max(1, default // 2), default})
+
+
+def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
+                             candidates: Sequence[int] | None = None) -> tuple[list[float], ThreadChoice]:
+    """Choose the number of torch threads by timing, and return the pilot costs at it.
+
+    One decoder call of every case is timed with one thread (the pilot); then each other
+    candidate (:func:`thread_candidates` of torch's current count) times the same calls,
+    cheapest case first, until it has covered every case or has taken :data:`THREAD_ABANDON`
+    times one thread's time on the cases it covered (so a machine whose other processes
+    keep the cores busy, where threads wait for each other and a call can take ten times
+    longer, costs the pilot little). A candidate is chosen when its time over the cases it
+    covered is below :data:`THREAD_ADVANTAGE` times one thread's; among several, the
+    fastest. Costs are those measured at the chosen count (scaled from one thread's by
+    their ratio when the candidate covered only part of the cases).
+
+    Parameters
+    ----------
+    cases : sequence of AuditCase
+    device : torch.device or str
+        On a non-CPU device there is nothing to choose: torch's current count is kept
+        (``chosen_by="default"``) and the pilot is :func:`pilot_costs`.
+    verifier : callable or adapter, optional
+        The sampler under audit (default: the built-in verifier).
+    candidates : sequence of int, optional
+        Thread counts to try (default :func:`thread_candidates` of
+        ``torch.get_num_threads()``).
+
+    Returns
+    -------
+    (costs, ThreadChoice)
+        ``torch.set_num_threads`` is left at the chosen count.
+
+    Raises
+    ------
+    ValueError
+        A candidate below 1.
+    """
     dev = torch.device(device)
-
-    def prepare(case):
-        """What one call needs, built untimed: the laws of a verify-level case, or the
-        models and the batch of a decoder-level one."""
-        if _is_verify(case):
-            return case.laws(dev)
-        return case.models(dev), case.batch(dev)
-
-    def one_call(case, prepared, rows: int | None, v) -> None:
-        if _is_verify(case):
-            from dataclasses import replace
-
-            from .verify_case import verify_call
-
-            c = case if rows is None else replace(case, batch_size=rows)
-            verify_call(c, prepared, v, torch.Generator(device=dev).manual_seed(0))
-            return
-        (target, draft), (prompts, t_params, d_params) = prepared
-        if rows is not None:
-            prompts, t_params, d_params = prompts[:rows], t_params[:rows], d_params[:rows]
-        speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
-                             max_new_tokens=case.length, generator=torch.Generator(device=dev).manual_seed(0),
-                             eos_token_id=case.eos_token_id, verifier=v)
-
-    prepared = [prepare(case) for case in cases]
-    costs = []
-    if cases:  # untimed warm-up: the first call of a process pays one-time set-up costs
-        case = cases[0]
-        try:
-            one_call(case, prepared[0], 4 * len(case.row_classes), chosen)
-        except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
-            one_call(case, prepared[0], 4 * len(case.row_classes), verify)
-    for case, prep in zip(cases, prepared):
-        t0 = time.perf_counter()
-        try:
-            one_call(case, prep, None, chosen)
-        except Exception:  # noqa: BLE001
-            t0 = time.perf_counter()
-            one_call(case, prep, None, verify)
-        if not case.exact and not _is_verify(case):
-            (target, _), (prompts, t_params, _) = prep
-            naive_generate(target, prompts, t_params, max_new_tokens=case.length,
-                           generator=torch.Generator(device=dev).manual_seed(1), eos_token_id=case.eos_token_id,
-                           processing=None if verifier is None else processing_of(verifier))
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        costs.append(max(time.perf_counter() - t0, 1e-4))
-    return costs
+    default = torch.get_num_threads()
+    if dev.type != "cpu":
+        return pilot_costs(cases, dev, verifier), ThreadChoice(default, "default")
+    cands = sorted(set(thread_candidates(default) if candidates is None else (int(c) for c in candidates)))
+    if not cands or cands[0] < 1:
+        raise ValueError(f"thread candidates must be >= 1, got {candidates!r}")
+    pilot = _Pilot(cases, dev, verifier)
+    n = len(pilot.cases)
+    base = cands[0]
+    torch.set_num_threads(base)
+    pilot.warm_up()
+    base_costs = [pilot.time(i) for i in range(n)]
+    # Cheapest case first: a candidate that is much slower is abandoned after as little
+    # time as possible (its first call can take tens of times one thread's on a busy machine).
+    order = sorted(range(n), key=lambda i: base_costs[i])
+    base_sorted = [base_costs[i] for i in order]
+    measured = {base: base_sorted}
+    best, best_ratio = base, 1.0
+    for k in cands[1:]:
+        torch.set_num_threads(k)
+        pilot.warm_up()
+        costs_k: list[float] = []
+        for j, i in enumerate(order):
+            costs_k.append(pilot.time(i))
+            if sum(costs_k) > THREAD_ABANDON * sum(base_sorted[: j + 1]):
+                break
+        m = len(costs_k)
+        ratio = sum(costs_k) / sum(base_sorted[:m])
+        measured[k] = costs_k
+        if ratio < THREAD_ADVANTAGE * best_ratio:
+            best, best_ratio = k, ratio
+    torch.set_num_threads(best)
+    if len(measured[best]) == n:
+        costs = [0.0] * n
+        for j, i in enumerate(order):
+            costs[i] = measured[best][j]
+    else:
+        costs = [c * best_ratio for c in base_costs]
+    # seconds of every candidate over the cases all of them covered, so they compare
+    covered = min(len(v) for v in measured.values())
+    seconds = {str(k): round(sum(v[:covered]), 6) for k, v in measured.items()}
+    return costs, ThreadChoice(best, "measured", seconds, covered)

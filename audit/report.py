@@ -20,7 +20,7 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histogra
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 
@@ -56,10 +56,14 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         parts += ["--device", settings["device"]]
     if execution.get("isolated") or _finding_kind(case, {"name": "defect", "details": {}}) in ("timeout",):
         parts.append("--isolate")
+    threads = (settings.get("threads") or {}).get("threads")
+    if threads:  # the thread count can change the floats, hence the samples
+        parts += ["--threads", str(int(threads))]
     return {
         "command": " ".join(parts),
         "python": (
-            "from specexact.audit import resolve_sampler, run_case\n"
+            (f"import torch\ntorch.set_num_threads({int(threads)})\n" if threads else "")
+            + "from specexact.audit import resolve_sampler, run_case\n"
             "from specexact.audit.catalog import all_cases\n"
             f"case = next(c for c in all_cases(quick={settings.get('case_set') == 'quick'}) "
             f"if c.name == {case['name']!r})\n"
@@ -72,6 +76,8 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         "batch_size": case.get("config", {}).get("batch_size"),
         "num_batches": nb,
         "per_check_false_fail_rate": alpha,
+        "false_fail_rate": float(f"{rate:.6g}"),
+        "threads": int(threads) if threads else None,
     }
 
 

@@ -54,6 +54,15 @@ class AuditSettings:
         Run each case in a child process.
     case_timeout_s : float, optional
         Isolated cases only: kill a case after this many seconds (> 0).
+    threads : int, optional
+        Torch intra-op threads (>= 1). Default: with a time budget on the CPU, chosen by
+        the pilot's timing (:func:`~specexact.audit.plan.pilot_with_thread_choice`); with
+        fixed ``num_batches`` (or on another device), torch's current count. The audit
+        restores the caller's count when it returns.
+    elapsed_before_s : float
+        Seconds the caller already spent on this audit before :func:`run_audit` (the
+        command's start-up: imports, resolving the sampler), counted against ``budget_s``
+        so that the budget holds for the whole command. Not part of the audit's key.
 
     Raises
     ------
@@ -75,6 +84,8 @@ class AuditSettings:
     fresh: bool = False
     isolate: bool = False
     case_timeout_s: float | None = None
+    threads: int | None = None
+    elapsed_before_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cases is not None and not isinstance(self.cases, tuple):
@@ -100,6 +111,11 @@ class AuditSettings:
             raise ValueError(f"case_timeout_s must be > 0, got {self.case_timeout_s!r}")
         if self.shard is not None and (len(self.shard) != 2 or not 1 <= self.shard[0] <= self.shard[1]):
             raise ValueError(f"shard must be (i, n) with 1 <= i <= n, got {self.shard!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
+        if not (isinstance(self.elapsed_before_s, (int, float)) and 0 <= self.elapsed_before_s < math.inf):
+            raise ValueError(f"elapsed_before_s must be >= 0 and finite, got {self.elapsed_before_s!r}")
         if int(self.seed) != self.seed:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

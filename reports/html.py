@@ -167,7 +167,7 @@ this one (rightmost).</figcaption></figure>
 
 <h2>Cases</h2>
 <table>
-<tr><th>case</th><th>verdict</th><th class="num">sequences</th><th class="num">calls (planned)</th><th class="num">≈ planned TV</th>
+<tr><th>case</th><th>verdict</th><th class="num">sequences</th><th class="num">calls ({{ planned_label }})</th><th class="num">≈ planned TV</th>
 <th class="num">wall s</th><th>run</th><th>description</th></tr>
 {% for c in cases %}<tr class="{{ 'fail' if c.verdict == 'fail' }}"><td class="nowrap"><code>{{ c.name }}</code></td><td>{{ c.verdict }}</td>
 <td class="num">{{ "{:,}".format(c.num_sequences) }}</td><td class="num">{{ c.num_batches }}{% if c.planned is not none %} ({{ c.planned }}){% endif %}</td>
@@ -321,4 +321,5 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         n_checks=len(checks), n_failed=sum(1 for c in checks if not c["passed"]),
         median_tv=_median_tv(tvs), mode_value=mode_value, mode_label=mode_label,
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
+        planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
     )

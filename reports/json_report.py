@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json", "read_json", "to_jsonable", "write_text"]
+__all__ = ["write_json", "read_json", "to_jsonable", "report_to_jsonable", "write_text", "tv_or_none"]
 
 
 def to_jsonable(value):
@@ -22,6 +22,35 @@ def to_jsonable(value):
     if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
         return to_jsonable(value.item())
     return value
+
+
+def _is_tv_key(key) -> bool:
+    return isinstance(key, str) and (key == "detectable_tv" or key.endswith("_detectable_tv"))
+
+
+def tv_or_none(value):
+    """A detectable TV as written in a report: the number, or None where no TV is
+    guaranteed (an infinite value, or the string ``"inf"`` of reports before 1.3)."""
+    if value is None or value == "inf":
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _tvs_to_none(value):
+    if isinstance(value, dict):
+        return {k: (tv_or_none(v) if _is_tv_key(k) else _tvs_to_none(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tvs_to_none(v) for v in value]
+    return value
+
+
+def report_to_jsonable(report: dict) -> dict:
+    """:func:`to_jsonable` of an audit report, with every detectable TV (``detectable_tv``
+    and ``*_detectable_tv`` fields) that guarantees nothing written as ``null`` instead of
+    the string ``"inf"`` (schema 1.3; ``reports/schema.md``)."""
+    return _tvs_to_none(to_jsonable(report))
 
 
 def write_text(text: str, path: str | os.PathLike) -> Path:
@@ -48,10 +77,33 @@ def write_text(text: str, path: str | os.PathLike) -> Path:
 
 
 def write_json(report: dict, path: str | os.PathLike) -> Path:
-    """Write ``report`` atomically (temporary file, fsync, rename). Returns the path."""
-    return write_text(json.dumps(to_jsonable(report), indent=2, allow_nan=False) + "\n", path)
+    """Write ``report`` atomically (temporary file, fsync, rename). Returns the path.
+
+    Detectable TVs that guarantee nothing are written as ``null``
+    (:func:`report_to_jsonable`); other non-finite floats as ``"inf"``, ``"-inf"``,
+    ``"nan"``.
+
+    Raises
+    ------
+    OSError
+        The folder cannot be made or the file cannot be written (nothing is left behind).
+    """
+    return write_text(json.dumps(report_to_jsonable(report), indent=2, allow_nan=False) + "\n", path)
 
 
 def read_json(path: str | os.PathLike) -> dict:
-    """Read a report written by :func:`write_json`."""
-    return json.loads(Path(path).read_text())
+    """Read a report written by :func:`write_json` (any 1.x version).
+
+    A report written before schema 1.3 has the string ``"inf"`` for a detectable TV that
+    guarantees nothing; it is read as ``None``, as 1.3 writes it, so renderers and merges
+    see one form.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    ValueError
+        It is not JSON.
+    """
+    data = json.loads(Path(path).read_text())
+    return _tvs_to_none(data) if isinstance(data, dict) else data

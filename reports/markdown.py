@@ -48,6 +48,22 @@ def _median(values) -> str:
     return f"{finite[len(finite) // 2]:.3g}" if finite else "-"
 
 
+def _min_expected(report: dict) -> str:
+    """``">= 200"``: the smallest expected bin count of the report's chi-square checks (as
+    their details record it)."""
+    mins = sorted({float(m) for c in report.get("checks", []) if c.get("method") == "asymptotic"
+                   if isinstance(m := (c.get("details") or {}).get("min_expected"), (int, float))})
+    if not mins:
+        return "large"
+    return f">= {mins[0]:g}" if len(mins) == 1 else f">= {mins[0]:g} to {mins[-1]:g}"
+
+
+def _planned_label(report: dict) -> str:
+    """What the number in brackets after a case's calls is: exact with ``--batches``; with a
+    budget, the prediction made when the case started (it samples for its share of the time)."""
+    return "planned" if (report.get("settings") or {}).get("num_batches") is not None else "≈ planned at its start"
+
+
 def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
     """Render an audit report (the dict of :func:`specexact.audit.run_audit`) as Markdown.
 
@@ -95,7 +111,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         "Detectable TV: the smallest total-variation distance (of the binned law, for "
         "goodness-of-fit checks) that the check detects with power 1 - false-pass rate at its "
         "sample size and false-fail rate. Method `exact` = exact test or exact support check; "
-        "`asymptotic` = chi-square approximation on bins of >= 20-50 expected counts.",
+        f"`asymptotic` = chi-square approximation on bins of {_min_expected(report)} expected counts.",
         "",
     ]
     if report["findings"]:
@@ -111,7 +127,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         lines.append("")
     plan_cases = {c["name"]: c for c in plan.get("cases") or []}
     lines += ["## Cases", "",
-              "| case | verdict | sequences | calls (planned) | ≈ planned TV | wall s | description |",
+              f"| case | verdict | sequences | calls ({_planned_label(report)}) | ≈ planned TV | wall s | description |",
               "|---|---|---|---|---|---|---|"]
     for c in report["cases"]:
         ex = c.get("execution") or {}

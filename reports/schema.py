@@ -35,7 +35,7 @@ _TIMESTAMP = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.2/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.3/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -85,6 +85,11 @@ REPORT_SCHEMA: dict[str, Any] = {
             "description": "A float; non-finite values are the strings inf, -inf, nan (strict JSON).",
             "anyOf": [{"type": "number"}, {"enum": ["inf", "-inf", "nan"]}],
         },
+        "tv": {
+            "description": "A detectable total variation distance; null where the check guarantees none "
+                           "(since 1.3; earlier reports wrote the string inf).",
+            "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}, {"const": "inf"}],
+        },
         "worst": {
             "type": "array",
             "maxItems": 5,
@@ -108,7 +113,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "dof": _NULLABLE_INT,
                 "n": {"type": "integer", "minimum": 0},
                 "false_fail_rate": _RATE,
-                "detectable_tv": {"anyOf": [{"type": "number", "minimum": 0}, {"const": "inf"}]},
+                "detectable_tv": {"$ref": "#/$defs/tv"},
                 "false_pass_rate": _RATE,
                 "passed": {"type": "boolean"},
                 "worst": {"$ref": "#/$defs/worst"},
@@ -133,6 +138,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "timeout_s": _NULLABLE_NUMBER,
                 "sampling_time_s": _NULLABLE_NUMBER,
                 "planned_batches": _NULLABLE_INT,
+                "initial_planned_batches": _NULLABLE_INT,
+                "planned_time_s": _NULLABLE_NUMBER,
             },
         },
         "case": {
@@ -174,6 +181,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                         "batch_size": _NULLABLE_INT,
                         "num_batches": {"type": "integer", "minimum": 1},
                         "per_check_false_fail_rate": _RATE,
+                        "false_fail_rate": _RATE,
+                        "threads": _NULLABLE_INT,
                     },
                 },
             },
@@ -218,6 +227,18 @@ REPORT_SCHEMA: dict[str, Any] = {
                         "greedy": {"type": "boolean"},
                     },
                 },
+                "threads": {
+                    "description": "torch intra-op threads the cases ran with, and how the count was chosen "
+                                   "(since 1.3)",
+                    "type": "object",
+                    "required": ["threads", "chosen_by"],
+                    "properties": {
+                        "threads": {"type": "integer", "minimum": 1},
+                        "chosen_by": {"enum": ["measured", "set", "default"]},
+                        "seconds": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+                        "cases_timed": {"type": "integer", "minimum": 0},
+                    },
+                },
                 "skipped_cases": {
                     "description": "row classes left out because the sampler does not implement an operation "
                                    "they need (the whole case when no class is left)",
@@ -239,7 +260,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "planned_batches": {"type": "integer", "minimum": 1},
                 "planned_time_s": _NULLABLE_NUMBER,
                 "planned_sequences_per_class": {"type": "integer", "minimum": 1},
-                "planned_detectable_tv": {"$ref": "#/$defs/real"},
+                "planned_detectable_tv": {"anyOf": [{"$ref": "#/$defs/tv"}, {"$ref": "#/$defs/real"}]},
             },
         },
         "plan": {

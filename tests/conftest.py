@@ -18,34 +18,21 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
+
+from specexact.testing.profiles import register_profiles
 
 SUITE_FALSE_FAIL_RATE = 1e-6
 
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    database=None,
-    deadline=None,
-    print_blob=True,
-    max_examples=30,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+# ci and nightly: the profiles the pytest plugin registers for engines' suites too
+# (specexact.testing.profiles), registered here as well so the suite runs the same with the
+# plugin disabled (-p no:specexact). dev: ours only.
+register_profiles()
 settings.register_profile(
     "dev",
     deadline=None,
     max_examples=30,
     print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "nightly",
-    derandomize=False,
-    database=None,
-    deadline=None,
-    print_blob=True,
-    max_examples=2000,
-    phases=list(Phase),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 # The default is the CI profile (deterministic under -n 1 and -n auto); pass
@@ -72,7 +59,7 @@ def _freeze_hypothesis_local_constants() -> None:
     import specexact
 
     names = [info.name for info in pkgutil.walk_packages(specexact.__path__, "specexact.")]
-    for sub in ("audit", "decoders", "exactness", "strategies", "reports"):
+    for sub in ("audit", "decoders", "exactness", "strategies", "reports", "testing"):
         pkg = importlib.import_module(f"specexact.{sub}")
         names += [info.name for info in pkgutil.walk_packages(pkg.__path__, f"specexact.{sub}.")]
     for name in sorted(set(names)):
@@ -110,7 +97,16 @@ def pytest_configure(config):
     )
 
 
+def _venv_selected(config) -> bool:
+    return "venv" in (config.getoption("markexpr") or "")
+
+
 def pytest_collection_modifyitems(session, config, items):
+    if not _venv_selected(config):  # ~1 min of pip: only when asked for (-m venv)
+        skip = pytest.mark.skip(reason="builds a fresh virtualenv; select with -m venv")
+        for item in items:
+            if item.get_closest_marker("venv") is not None:
+                item.add_marker(skip)
     declared = 0
     for item in items:
         marker = item.get_closest_marker("statistical")

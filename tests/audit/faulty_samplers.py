@@ -43,3 +43,15 @@ def stall_on_v12_if_asked(ids, draft_probs, target_probs, generator=None):
 
 def script_in_message(ids, draft_probs, target_probs, generator=None):
     raise RuntimeError("<script>alert('pwned')</script> & <b>bold</b>")
+
+
+_slowed = {"done": False}
+
+
+def slow_once_on_v12(ids, draft_probs, target_probs, generator=None):
+    """Sleeps SPECEXACT_TEST_STALL_SECONDS once, in the first call of case v12-eos-cut (so a
+    test can act while the audit runs), then is exactly the built-in verifier."""
+    if draft_probs.shape[-1] == 12 and not _slowed["done"]:
+        _slowed["done"] = True
+        time.sleep(float(os.environ.get("SPECEXACT_TEST_STALL_SECONDS", "0")))
+    return verify(ids, draft_probs, target_probs, generator)

@@ -13,6 +13,7 @@ import torch
 
 from specexact.audit.journal import Journal, journal_path
 from specexact.cli import main
+from specexact.reports import report_to_jsonable
 
 HERE = Path(__file__).parent
 SAMPLER = "faulty_samplers:stall_on_v12_if_asked"
@@ -79,7 +80,8 @@ def test_sigkill_mid_audit_then_resume_loses_no_finished_case(tmp_path, monkeypa
     resumed = json.loads(next(run_dir.glob("audit-*.json")).read_text())
     assert resumed["resumed_cases"] == ["v8-plain"]
     v8 = resumed["cases"][0]
-    assert v8["execution"]["resumed"] and v8["checks"] == finished["result"]["checks"]
+    # (the report writes a detectable TV that guarantees nothing as null, the journal as "inf")
+    assert v8["execution"]["resumed"] and v8["checks"] == report_to_jsonable(finished["result"])["checks"]
     assert v8["wall_time_s"] == finished["result"]["wall_time_s"]  # taken from the journal, not rerun
     assert not list(run_dir.glob(".journal/*.jsonl")), "the journal is removed once the report is written"
 
@@ -136,3 +138,98 @@ def test_journal_key_depends_on_the_arguments(change):
 
     assert key([]) == key([])
     assert key(change) != key([])
+
+
+# --- one writer per key: the journal's lock -------------------------------------------------
+
+_HOLD = """
+import sys, time
+from specexact.audit.journal import Journal
+j, _ = Journal.open(sys.argv[1], "k", {})
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(path, seconds):
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(path), str(seconds)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked", proc.stderr.read()
+    return proc
+
+
+def test_a_second_process_gets_journal_busy_naming_the_holder(tmp_path):
+    from specexact.audit.journal import JournalBusy, lock_path
+
+    path = journal_path(tmp_path, "k")
+    proc = _holder(path, 60)
+    try:
+        with pytest.raises(JournalBusy) as exc:
+            Journal.open(path, "k", {})
+        assert exc.value.holder["pid"] == proc.pid
+        assert f"pid {proc.pid}" in str(exc.value) and str(path) in str(exc.value)
+        assert lock_path(path).exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    # A killed holder leaves no stale lock: the kernel dropped it.
+    j, state = Journal.open(path, "k", lambda: pytest.fail("the holder's journal must be resumed"))
+    assert state.header["key"] == "k"
+    j.finish()
+    assert not path.exists() and not lock_path(path).exists()
+
+
+def test_waiting_for_the_holder_then_resuming_its_journal(tmp_path):
+    path = journal_path(tmp_path, "k")
+    proc = _holder(path, 1.0)
+    try:
+        j, state = Journal.open(path, "k", lambda: pytest.fail("must resume the holder's journal"), wait_s=60)
+    finally:
+        proc.wait()
+    assert state.header["key"] == "k" and j.locked
+    j.close()
+    assert path.exists() and not j.locked  # close keeps the journal
+
+
+def test_other_keys_do_not_wait_and_this_process_may_reopen(tmp_path):
+    a, _ = Journal.open(journal_path(tmp_path, "a"), "a", {})
+    b, _ = Journal.open(journal_path(tmp_path, "b"), "b", {})  # another key: its own lock
+    a.append_case("x", {})
+    again, state = Journal.open(journal_path(tmp_path, "a"), "a", {})  # same process: the earlier run is over
+    assert list(state.cases) == ["x"] and not a.locked and again.locked
+    again.finish()
+    b.finish()
+    assert not (tmp_path).exists() or not any(tmp_path.iterdir())
+
+
+_RACE = """
+import json, sys
+from specexact.audit.journal import Journal, JournalBusy
+try:
+    j, state = Journal.open(sys.argv[1], "k", {"by": sys.argv[2]})
+except JournalBusy as exc:
+    print(json.dumps({"busy": str(exc)}), flush=True)
+    sys.exit(0)
+print(json.dumps({"header": state.header["by"]}), flush=True)
+sys.stdin.read()  # hold the lock until the test closes stdin
+j.append_case(sys.argv[2], {})
+"""
+
+
+def test_concurrent_processes_on_one_key_one_writer_and_no_tmp_crash(tmp_path):
+    """The race of the issue: several processes open the same journal at once (it crashed one
+    of them on the header's .tmp file). Now exactly one holds it, the others are told why."""
+    path = journal_path(tmp_path, "k")
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE, str(path), f"p{i}"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    outs = [json.loads(p.stdout.readline()) for p in procs]
+    for p in procs:
+        p.stdin.close()
+    errs = [p.stderr.read() for p in procs]
+    codes = [p.wait() for p in procs]
+    assert codes == [0, 0, 0, 0], errs
+    winners = [o["header"] for o in outs if "header" in o]
+    assert len(winners) == 1 and sum("busy" in o for o in outs) == 3
+    state = Journal.open(path, "k", {})[1]
+    assert state.header["by"] == winners[0] and list(state.cases) == winners
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
@@ -29,10 +30,33 @@ def measure():
             counts[label] += 1
             event(f"family={label}")
 
-        collect()
+        with _no_local_constants():
+            collect()
         return counts
 
     return run
+
+
+@contextmanager
+def _no_local_constants():
+    """Draw without the constants Hypothesis mixes in from local modules (the package and
+    the tests): the measured frequencies then depend on the strategy alone, not on which
+    other modules happen to exist (a new module anywhere in the package changed them).
+    Hypothesis internals, as in ``tests/conftest.py``; if they move, nothing is changed."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    before = providers._get_local_constants
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()  # permitted constants computed from the old pool
+    try:
+        yield
+    finally:
+        providers._get_local_constants = before
+        providers.CONSTANTS_CACHE.cache.clear()
 
 
 @pytest.fixture

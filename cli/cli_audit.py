@@ -1,0 +1,370 @@
+"""``specexact audit``: arguments to :class:`~specexact.audit.AuditSettings`, the progress
+display, and the exit status.
+
+Everything that stops the audit without a verdict on the sampler raises
+:class:`~specexact.cli_common.CliError` (exit 2, one line): bad arguments, a sampler that
+cannot be imported, output paths that cannot be written (checked before any sampling),
+another run holding the same journal, a journal that cannot be written, reports that
+cannot be written (the JSON is then saved elsewhere and the journal kept). Ctrl-C (or
+SIGTERM) ends with a line saying what was kept and how to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
+                         CliError, os_error_line)
+from .cli_output import fmt_tv, prepare_dir, prepare_file, print_table, write_outputs
+
+__all__ = ["audit_command", "case_summary", "import_path_as_python_m"]
+
+
+def import_path_as_python_m() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does, so that
+    ``--sampler mymodule:fn`` finds ``mymodule.py`` in the folder the command runs from
+    (a console script otherwise has only its own folder there). Isolated cases inherit it."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def case_summary(case) -> str:
+    """One line describing ``case`` by what it runs (for ``--list-cases``)."""
+    from specexact.audit.runner import checks_per_case
+
+    vocab = case.model.vocab_size
+    if getattr(case, "kind", None) == "verify":
+        shape = f"verify level, V={vocab}, γ={case.num_draft_tokens}, {case.batch_size} rows per call"
+    else:
+        law = "exact sequence law" if case.exact else "first token exact, sequences two-sample against naive sampling"
+        shape = (f"V={vocab}, γ={case.num_draft_tokens}, {case.length} tokens, {len(case.row_classes)} row "
+                 f"class{'es' if len(case.row_classes) > 1 else ''}, {case.batch_size} rows per call, {law}")
+    return f"[{shape}; {checks_per_case(case)} checks] {case.description}"
+
+
+def _validate(args) -> None:
+    if args.budget is not None and (not args.budget > 0 or not math.isfinite(args.budget)):
+        raise CliError(f"--budget must be > 0, got {args.budget}")
+    if args.batches is not None and args.batches < 1:
+        raise CliError(f"--batches must be >= 1, got {args.batches}")
+    if not 0 < args.false_fail_rate < 1:
+        raise CliError(f"--false-fail-rate must be in (0, 1), got {args.false_fail_rate}")
+    if args.case_timeout is not None:
+        if not args.case_timeout > 0:
+            raise CliError(f"--case-timeout must be > 0, got {args.case_timeout}")
+        args.isolate = True
+    if args.threads is not None and args.threads < 1:
+        raise CliError(f"--threads must be >= 1, got {args.threads}")
+    if args.history < 0:
+        raise CliError(f"--history must be >= 0, got {args.history}")
+    if not 0 < args.baseline_false_alarm_rate < 1:
+        raise CliError(f"--baseline-false-alarm-rate must be in (0, 1), got {args.baseline_false_alarm_rate}")
+
+
+def _baseline(path: str | None) -> dict | None:
+    if path is None:
+        return None
+    from specexact.audit.report import SCHEMA
+
+    try:
+        baseline = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise CliError(os_error_line(exc, "cannot read --baseline")) from exc
+    except ValueError as exc:
+        raise CliError(f"cannot read --baseline {path}: not JSON ({exc})") from exc
+    if not isinstance(baseline, dict) or baseline.get("schema") != SCHEMA:
+        raise CliError(f"--baseline {path} is not a {SCHEMA} report")
+    return baseline
+
+
+def _device(name: str | None):
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+        torch.empty(1, device=dev)
+        torch.Generator(device=dev)  # the audit's randomness lives there too
+    except Exception as exc:  # noqa: BLE001
+        raise CliError(f"--device {name!r} is not usable: {exc}") from exc
+    return dev
+
+
+def _cases(args):
+    from specexact.audit import default_cases, quick_cases
+    from specexact.audit.catalog import opt_in_cases
+
+    cases = quick_cases() if args.quick else default_cases()
+    extra = opt_in_cases()  # run only when named with --case
+    if args.case:
+        names = {c.name for c in [*cases, *extra]}
+        unknown = [n for n in args.case if n not in names]
+        if unknown:
+            raise CliError(f"unknown --case {unknown}; known: {sorted(names)}")
+        cases = [c for c in [*cases, *extra] if c.name in args.case]
+    return cases, extra
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a cancelled CI job) ends the audit like Ctrl-C: with the resume message."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Display:
+    """The progress bar and the lines printed while an audit runs (``on_status`` events)."""
+
+    def __init__(self, console, *, quiet: bool, budget_mode: bool, budget_s: float):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.budget_mode, self.budget_s = budget_mode, budget_s
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                                 TimeElapsedColumn(), console=console, disable=quiet)
+        self.task = self.progress.add_task("audit", total=None, info="")
+        self.resumed: set = set()
+        self.done_batches = 0
+        self.current = 0
+        self.finished = 0
+        self.num_cases = 0
+        self.journal: str | None = None
+        self.stage = "resolve"
+
+    def print(self, text: str) -> None:
+        self.progress.console.print(text)
+
+    def __call__(self, ev: dict) -> None:
+        from rich.markup import escape
+
+        kind = ev["event"]
+        if kind == "pilot":
+            self.stage = "pilot"
+            how = " and choosing the number of torch threads" if ev.get("choose_threads") else ""
+            self.progress.update(self.task, description=f"pilot: timing one decoder call of {ev['num_cases']} "
+                                                        f"case(s){how}")
+        elif kind == "plan":
+            self._plan(ev)
+        elif kind == "case_start":
+            self.stage = "cases"
+            self.current = 0
+            planned, initial = ev["planned_batches"], ev.get("initial_planned_batches")
+            approx = "≈" if self.budget_mode else ""
+            if self.budget_mode and initial is not None and initial != planned:
+                self.print(f"{escape(ev['case'])}: re-planned to ≈{planned} calls (first plan ≈{initial}) "
+                           "from the time left and the speed measured so far")
+            time_s = f" in {ev['planned_time_s']:.1f} s" if ev.get("planned_time_s") else ""
+            self.progress.update(self.task, description=f"[{ev['index'] + 1}/{ev['num_cases']}] {escape(ev['case'])}",
+                                 info=f"planned {approx}{planned} calls{time_s}, ≈TV "
+                                      f"{fmt_tv(ev['planned_detectable_tv'])}")
+        elif kind == "batch":
+            self.current = ev["num_batches"]
+            calls = (f"{ev['num_batches']} calls (≈{ev['planned_batches']} planned)" if self.budget_mode
+                     else f"{ev['num_batches']}/{ev['planned_batches']} calls")
+            info = (f"{ev['num_sequences']:,} seq · {calls} · ≈TV {fmt_tv(ev['detectable_tv'])} "
+                    f"(plan {fmt_tv(ev['planned_detectable_tv'])})")
+            if self.budget_mode:
+                self.progress.update(self.task, completed=min(ev["elapsed_s"], self.budget_s), info=info)
+            else:
+                self.progress.update(self.task, completed=self.done_batches + ev["num_batches"], info=info)
+        elif kind == "case_end":
+            self.finished += 1
+            self._case_end(ev["result"])
+            if self.budget_mode and "elapsed_s" in ev:
+                self.progress.update(self.task, completed=min(ev["elapsed_s"], self.budget_s))
+            elif not self.budget_mode:
+                self.done_batches += max(self.current, 0)
+                self.progress.update(self.task, completed=self.done_batches)
+
+    def _plan(self, ev: dict) -> None:
+        from rich.markup import escape
+
+        plan = ev["plan"]
+        self.stage = "cases"
+        self.num_cases = ev["num_cases"]
+        self.journal = ev.get("journal")
+        self.resumed = set(ev["resumed"])
+        self.finished = len(self.resumed)
+        if ev["resumed"]:
+            self.print(f"resuming: {len(ev['resumed'])} case(s) finished by an interrupted run of this audit: "
+                       f"{escape(', '.join(ev['resumed']))}")
+        threads = ev.get("threads")
+        if threads is not None:
+            how = {"measured": "chosen by timing", "set": "--threads", "default": "torch's default"}[threads.chosen_by]
+            timed = ", ".join(f"{k}: {v:.2f} s" for k, v in threads.seconds.items())
+            self.print(f"torch threads: {threads.threads} ({how}" + (f"; pilot calls at {timed}" if timed else "")
+                       + ")")
+        if self.budget_mode:
+            self.progress.update(self.task, total=self.budget_s, completed=0)
+            parts = ", ".join(f"{escape(c.name)} ≈{c.planned_batches} (≈TV {fmt_tv(c.planned_detectable_tv)})"
+                              for c in plan.cases)
+            self.print(f"first plan for {self.budget_s:g} s (pilot {plan.pilot_s:.1f} s), decoder calls: {parts}; "
+                       "each case is re-planned from the time left when it starts")
+            if plan.note:
+                self.print(f"[yellow]{escape(plan.note)}[/]")
+        else:
+            self.progress.update(self.task, total=sum(c.planned_batches for c in plan.cases) or 1, completed=0)
+
+    def _case_end(self, res) -> None:
+        from rich.markup import escape
+
+        mark = "[green]pass[/]" if res.passed else "[red]FAIL[/]"
+        extra = " (resumed)" if res.case.name in self.resumed else ""
+        kind = " — " + escape(res.defect.splitlines()[0][:160]) if res.defect else ""
+        self.print(f"{escape(res.case.name)}: {mark}{extra} ({res.num_sequences:,} sequences, "
+                   f"{res.wall_time_s:.1f} s){kind}")
+
+    def interrupted_message(self, no_journal: bool) -> str:
+        """What the interruption kept, and how to go on."""
+        if self.stage in ("resolve", "pilot"):
+            return f"interrupted during the {self.stage}, before any case ran; nothing to resume"
+        if no_journal or not self.journal:
+            return (f"interrupted after {self.finished} of {self.num_cases} case(s); nothing was kept (--no-journal): "
+                    "run the command again to start over")
+        from specexact.audit.journal import read_journal
+
+        kept = len(read_journal(self.journal).cases)  # what is on disk, whatever the display saw
+        return (f"interrupted after {kept} of {self.num_cases} case(s); the finished cases are kept in "
+                f"the journal {self.journal}: run the same command again to resume them (--fresh starts over)")
+
+
+def audit_command(args) -> int:
+    """Run ``specexact audit`` (module docstring); return the exit status."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    cases, extra = _cases(args)
+    if args.list_cases:
+        for c in cases:
+            print(f"{c.name}: {case_summary(c)}")
+        for c in extra:
+            if c not in cases:
+                print(f"{c.name} (only with --case {c.name}): {case_summary(c)}")
+        return EXIT_PASS
+    _validate(args)
+    budget = args.budget if args.budget is not None else (QUICK_BUDGET_S if args.quick else DEFAULT_BUDGET_S)
+    shard = None
+    if args.shard is not None:
+        from specexact.audit.shard import ShardError, parse_shard
+
+        try:
+            shard = parse_shard(args.shard)
+        except ShardError as exc:
+            raise CliError(str(exc)) from exc
+    baseline = _baseline(args.baseline)
+    # Output paths first: a folder that is a file must stop the audit before it samples.
+    prepare_dir(args.report_dir, "--report-dir")
+    if args.json:
+        prepare_file(args.json, "--json")
+    journal_dir = None if args.no_journal else prepare_dir(Path(args.report_dir) / JOURNAL_SUBDIR, "the journal folder")
+
+    from specexact.audit import AuditSettings, SamplerError, resolve_sampler, run_audit
+    from specexact.audit.journal import JournalBusy, held_journal
+    from specexact.audit.runner import restrict_to_sampler
+
+    device = _device(args.device)
+    import_path_as_python_m()
+    try:
+        verifier, target = resolve_sampler(args.sampler)
+    except SamplerError as exc:
+        raise CliError(str(exc)) from exc
+    restricted = [(c, *restrict_to_sampler(c, verifier)) for c in cases]
+    if all(rc is None for _, rc, _ in restricted):
+        reasons = [f"{c.name}: {r}" for c, _, r in restricted if r is not None]
+        raise CliError(f"no selected case can audit {args.sampler}: {'; '.join(reasons)}")
+    try:
+        settings = AuditSettings(sampler_name=args.sampler, sampler_target=target, cases=tuple(cases),
+                                 false_fail_rate=args.false_fail_rate, budget_s=budget,
+                                 num_batches=args.batches, seed=args.seed, device=str(device), shard=shard,
+                                 journal_dir=None if journal_dir is None else str(journal_dir), fresh=args.fresh,
+                                 isolate=args.isolate, case_timeout_s=args.case_timeout,
+                                 case_set=("quick" if args.quick else "default"), threads=args.threads,
+                                 elapsed_before_s=time.perf_counter() - getattr(args, "started", time.perf_counter()))
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+    display = _Display(console, quiet=args.quiet, budget_mode=args.batches is None, budget_s=budget)
+    try:
+        with _sigterm_as_interrupt(), display.progress:
+            report = run_audit(verifier, settings, on_status=display)
+    except KeyboardInterrupt:
+        if display.journal and held_journal(display.journal) is not None:
+            held_journal(display.journal).close()
+        _error_line(display.interrupted_message(args.no_journal))
+        return EXIT_ERROR
+    except JournalBusy as exc:
+        raise CliError(f"{exc}; wait for it to finish, or run with --no-journal or another --report-dir") from exc
+    except OSError as exc:
+        raise CliError(os_error_line(exc, "the audit could not write its journal:")) from exc
+    print_table(report)
+    journal_path = report.pop("journal", None)
+    journal = held_journal(journal_path) if journal_path else None
+    diff = None
+    if baseline is not None:
+        from specexact.audit.baseline import compare_to_baseline
+
+        diff = compare_to_baseline(report, baseline, false_alarm_rate=args.baseline_false_alarm_rate)
+        report["baseline"] = {"path": str(args.baseline), **diff.to_dict()}
+        console.print(escape(diff.summary()))
+    from specexact.reports import report_stem
+
+    with _sigterm_as_interrupt():
+        try:
+            paths = write_outputs(report, report_dir=args.report_dir, stem=report_stem(args.sampler, shard=shard),
+                                  json_path=args.json, html=not args.no_html, history_limit=args.history,
+                                  journal=journal)
+        except KeyboardInterrupt:
+            kept = f"; the journal {journal.path} is kept: run the same command again to write them" if journal else ""
+            _error_line(f"interrupted while writing the reports{kept}")
+            return EXIT_ERROR
+    _summary(report, paths, console)
+    if diff is not None:
+        return EXIT_FAIL if diff.regressed else EXIT_PASS
+    return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+
+
+def _error_line(message: str) -> None:
+    """One line on stderr, never wrapped (paths stay whole for people and scripts)."""
+    print(f"specexact: error: {message}", file=sys.stderr, flush=True)
+
+
+def _summary(report: dict, paths: dict, console) -> None:
+    from rich.markup import escape
+
+    proc = report["settings"].get("processing") or {}
+    if proc.get("level") == "logits":
+        console.print(f"logits-level sampler: reference laws use its declared order {' > '.join(proc['order'])} "
+                      f"(repetition penalty over {proc['repetition_penalty_scope'].replace('_', ' ')})")
+    for sk in report["settings"].get("skipped_cases") or []:
+        classes = sk.get("classes") or []
+        what = sk["case"] + (f" class{'es' if len(classes) > 1 else ''} {', '.join(map(str, classes))}"
+                             if classes else "")
+        console.print(f"[yellow]skipped[/] {escape(what)}: {escape(sk['reason'])}")
+    for f in report["findings"]:
+        console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}",
+                      soft_wrap=True)
+        console.print(f"  reproduce: {escape(f['reproduction']['command'])}", soft_wrap=True)  # one line: copyable
+    threads = (report["settings"].get("threads") or {}).get("threads")
+    console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
+                  f"{report['wall_time_s']:.1f} s" + (f" ({threads} torch thread{'s' if threads != 1 else ''})"
+                                                       if threads else "")
+                  + "; reports: " + ", ".join(escape(str(p)) for p in paths.values()), soft_wrap=True)

@@ -1,0 +1,47 @@
+"""What the ``specexact`` command's modules share: exit statuses, defaults, and the
+one-line errors behind status 2.
+
+Status 1 means one thing only: the audit found inexactness or a defect of the sampler. An
+audit that could not run or could not keep its results — a bad argument, a sampler that
+cannot be imported, a folder that is a file, a full disk, an interruption, another run
+holding the same journal — exits 2 with one line on stderr that names the path or the
+argument, never a traceback, so a CI job never blames the sampler for the tool's own
+failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "CliError", "os_error_line", "DEFAULT_BUDGET_S",
+           "QUICK_BUDGET_S", "JOURNAL_SUBDIR"]
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+#: ``--budget`` default of ``specexact audit``, seconds.
+DEFAULT_BUDGET_S = 90.0
+#: ``--budget`` default with ``--quick`` (a smoke test: the whole command, imports and
+#: reports included, in about 20 s on a 2-core machine).
+QUICK_BUDGET_S = 8.0
+#: Journal sub-folder of the report folder (finished cases of running or killed audits).
+JOURNAL_SUBDIR = ".journal"
+
+
+class CliError(Exception):
+    """The command cannot go on; ``str(exc)`` is the one-line message (exit status 2)."""
+
+
+def os_error_line(exc: OSError, what: str = "") -> str:
+    """``"<what> PATH: reason"`` for an :class:`OSError`, naming every path it carries.
+
+    Parameters
+    ----------
+    exc : OSError
+    what : str
+        What was being done (``"cannot write the reports to"``); may be empty.
+    """
+    paths = [p for p in (exc.filename, exc.filename2) if p is not None]
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = " -> ".join(os.fspath(p) if not isinstance(p, int) else f"fd {p}" for p in paths)
+    head = " ".join(part for part in (what, where) if part)
+    return f"{head}: {reason}" if head else reason

@@ -1,0 +1,398 @@
+"""Exactness assertions for an engine's own tests: audit a verifier, fail with the findings.
+
+In the style of TensorFlow Probability's statistical-testing helpers (``assert_true_cdf_equal_by_dkwm``
+and friends: a calibrated test with a stated false-fail rate, failing with a readable
+message), applied to a whole speculative-decoding verifier:
+
+- :func:`audit_verifier` / :func:`audit_logits_verifier` run the audit
+  (:func:`specexact.audit.run_audit`) and return an :class:`AuditResult` with the numbers;
+- :func:`assert_verifier_exact` / :func:`assert_logits_verifier_exact` do the same and
+  raise :class:`AssertionError` whose message lists every finding: the check, its p-value
+  and detectable TV, the replay command, and a Python line that replays it.
+
+A correct verifier fails an assertion with probability at most ``false_fail_rate`` (split
+over the checks of the audit); a wrong one fails every check whose detectable TV its error
+exceeds with probability 0.99 (``AuditResult.worst_detectable_tv`` says how small an error
+the run could see). With ``batches`` the samples are identical on every run (given the
+device, torch build and thread count), so a failure replays exactly.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["AuditResult", "audit_verifier", "audit_logits_verifier", "assert_verifier_exact",
+           "assert_logits_verifier_exact", "case_names", "sampler_name_of", "DEFAULT_BATCHES"]
+
+#: Decoder calls per case when neither ``batches`` nor ``budget_s`` is given.
+DEFAULT_BATCHES = 8
+
+_CASE_SETS = ("quick", "default", "all")
+
+
+def case_names(which: str = "quick") -> list[str]:
+    """Names of a case set, for ``pytest.mark.parametrize``.
+
+    Parameters
+    ----------
+    which : {"quick", "default", "all"}
+        ``"quick"``: the exact cases with 4x smaller batches (seconds per case);
+        ``"default"``: the cases of ``specexact audit``; ``"all"``: those and the opt-in ones.
+
+    Raises
+    ------
+    ValueError
+        ``which`` is not one of these.
+    """
+    return [c.name for c in _case_set(which)]
+
+
+def _case_set(which: str) -> list:
+    from specexact.audit import default_cases, quick_cases
+    from specexact.audit.catalog import opt_in_cases
+
+    if which == "quick":
+        return quick_cases()
+    if which == "default":
+        return default_cases()
+    if which == "all":
+        return [*default_cases(), *opt_in_cases()]
+    raise ValueError(f"cases must be one of {_CASE_SETS}, a list of case names or of cases, got {which!r}")
+
+
+def _resolve_cases(cases) -> tuple[tuple, str]:
+    """``(cases, case_set)`` for :class:`~specexact.audit.AuditSettings`."""
+    if isinstance(cases, str):
+        return tuple(_case_set(cases)), ("quick" if cases == "quick" else "default" if cases == "default" else "custom")
+    if not isinstance(cases, Sequence) or not cases:
+        raise ValueError(f"cases must be a non-empty list of case names or cases, or one of {_CASE_SETS}, "
+                         f"got {cases!r}")
+    names = [c for c in cases if isinstance(c, str)]
+    if names and len(names) != len(cases):
+        raise TypeError(f"cases must be all names or all case objects, got {cases!r}")
+    if not names:
+        return tuple(cases), "custom"
+    quick = {c.name: c for c in _case_set("quick")}
+    every = {c.name: c for c in _case_set("all")}
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise ValueError(f"unknown case name(s) {unknown}; known: {sorted(every)}")
+    # Names of quick cases mean the quick cases (their replay uses --quick).
+    if all(n in quick for n in names):
+        return tuple(quick[n] for n in names), "quick"
+    return tuple(every[n] for n in names), "default"
+
+
+def sampler_name_of(obj) -> str:
+    """``MODULE:NAME`` under which ``obj`` can be imported again (for replay commands).
+
+    A function or class gives its ``__module__`` and ``__qualname__``; any other object
+    (an adapter instance) the module-level name bound to it, if there is one; else
+    ``MODULE:<TYPE instance>``, which names it for reading but not for importing.
+    """
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    qualname = getattr(obj, "__qualname__", None)
+    if isinstance(qualname, str) and "<locals>" not in qualname:
+        return f"{module}:{qualname}"
+    mod = sys.modules.get(type(obj).__module__)
+    for name, value in vars(mod).items() if mod is not None else ():
+        if value is obj and not name.startswith("_"):
+            return f"{type(obj).__module__}:{name}"
+    return f"{type(obj).__module__}:<{type(obj).__qualname__} instance>"
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """The outcome of an audit run by :func:`audit_verifier`.
+
+    Attributes
+    ----------
+    report : dict
+        The full report (schema ``specexact.audit/1``, ``reports/schema.md``): what
+        ``specexact audit`` writes as JSON.
+    """
+
+    report: dict
+
+    @property
+    def passed(self) -> bool:
+        """No check failed and no case had a defect."""
+        return self.report["verdict"] == "pass"
+
+    @property
+    def findings(self) -> list[dict]:
+        """The report's findings (failing checks and defects), each with ``reproduction``."""
+        return list(self.report["findings"])
+
+    @property
+    def checks(self) -> list[dict]:
+        """Every check: ``case``, ``name``, ``pvalue``, ``n``, ``false_fail_rate``, ``detectable_tv``, ..."""
+        return list(self.report["checks"])
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.report["num_sequences"])
+
+    @property
+    def false_fail_rate(self) -> float:
+        """The whole audit's false-fail rate."""
+        return float(self.report["settings"]["false_fail_rate"])
+
+    @property
+    def per_check_false_fail_rate(self) -> float:
+        return float(self.report["settings"]["per_check_false_fail_rate"])
+
+    @property
+    def worst_detectable_tv(self) -> float | None:
+        """The largest detectable TV over the checks that guarantee one (None if none does):
+        every check detects an error at least this large with probability 0.99."""
+        tvs = [c["detectable_tv"] for c in self.report["checks"] if isinstance(c["detectable_tv"], (int, float))]
+        return max(tvs) if tvs else None
+
+    def detectable_tv(self, case: str, check: str) -> float | None:
+        """The detectable TV of one check (None where it guarantees none)."""
+        for c in self.report["checks"]:
+            if c["case"] == case and c["name"] == check:
+                tv = c["detectable_tv"]
+                return tv if isinstance(tv, (int, float)) else None
+        raise KeyError(f"no check {check!r} of case {case!r}")
+
+    @property
+    def message(self) -> str:
+        """What an assertion prints: a one-line verdict, then every finding with its replay."""
+        s = self.report["settings"]
+        sizes = (f"{s['num_batches']} decoder calls per case" if s.get("num_batches") is not None
+                 else f"a {s.get('budget_s'):g} s budget")
+        threads = (s.get("threads") or {}).get("threads")
+        head = (f"sampler {self.report['sampler']['name']} "
+                + ("passed" if self.passed else f"is not exact: {len(self.findings)} finding(s)")
+                + f" — {len(self.checks)} checks over {len(self.report['cases'])} case(s), {self.num_sequences:,} "
+                f"sequences, {sizes}, seed {s['seed']}"
+                + (f", {threads} torch thread(s)" if threads else "")
+                + f"; false-fail rate {self.false_fail_rate:g} for the audit "
+                f"({self.per_check_false_fail_rate:.3g} per check)")
+        lines = [head]
+        for f in self.findings:
+            tv = _fmt_tv(self.detectable_tv(f["case"], f["check"])) if f["kind"] == "inexactness" else "-"
+            lines.append(f"- {f['case']} / {f['check']} ({f['kind']}): p-value {f['pvalue']:.3g}, detectable TV {tv}"
+                         f" — {f['message']}")
+            worst = f.get("worst") or []
+            if worst:
+                lines.append("  worst outcomes (observed / expected): "
+                             + "; ".join(f"{w[0]}: {_num(w[1])} / {_num(w[2])}" for w in worst[:3]))
+            repro = f["reproduction"]
+            lines.append(f"  replay: {repro['command']}")
+            lines.append(f"  python: {_python_replay(self.report, f)}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _fmt_tv(tv) -> str:
+    return "none (no TV guaranteed)" if tv is None else f"{tv:.3g}"
+
+
+def _num(x) -> str:
+    return f"{x:,.1f}" if isinstance(x, (int, float)) else str(x)
+
+
+def _python_replay(report: dict, finding: dict) -> str:
+    """A Python line that reruns the finding's case through :func:`audit_verifier` (same
+    seed, sample size, per-check false-fail rate and threads: the same samples)."""
+    repro = finding["reproduction"]
+    rate = repro.get("false_fail_rate") or repro["per_check_false_fail_rate"]
+    threads = repro.get("threads")
+    module, _, name = report["sampler"]["name"].partition(":")
+    fn = "audit_logits_verifier" if (report["settings"].get("processing") or {}).get("level") == "logits" \
+        else "audit_verifier"
+    importable = name and name.isidentifier()
+    obj = name if importable else "<your verifier>"
+    head = f"from specexact.testing import {fn}; " + (f"from {module} import {name}; " if importable else "")
+    return (head + f"print({fn}({obj}, cases=[{finding['case']!r}], batches={repro['num_batches']}, "
+            f"seed={report['settings']['seed']}, false_fail_rate={rate:.6g}"
+            + (f", threads={threads}" if threads else "") + ").message)")
+
+
+def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, seed, device, threads,
+           sampler_name) -> AuditResult:
+    from specexact.audit import AuditSettings, run_audit
+    from specexact.decoders.adapters.protocol import is_logits_level
+
+    if level == "logits" and not is_logits_level(verifier):
+        raise TypeError(f"verifier must be a logits-level adapter (capabilities.logits_level and verify_logits), "
+                        f"got {type(verifier).__name__}; use audit_verifier for the probability level")
+    if level == "probability" and (is_logits_level(verifier) or not callable(verifier)):
+        raise TypeError(f"verifier must be a callable with the verify protocol, got {type(verifier).__name__}"
+                        + ("; use audit_logits_verifier for a logits-level adapter" if is_logits_level(verifier)
+                           else ""))
+    if batches is not None and budget_s is not None:
+        raise ValueError(f"give batches or budget_s, not both (got batches={batches!r}, budget_s={budget_s!r})")
+    if batches is None and budget_s is None:
+        batches = DEFAULT_BATCHES
+    chosen, case_set = _resolve_cases(cases)
+    name = sampler_name or sampler_name_of(verifier)
+    settings = AuditSettings(sampler_name=name, sampler_target=name, cases=chosen, case_set=case_set,
+                             false_fail_rate=false_fail_rate, budget_s=budget_s if batches is None else None,
+                             num_batches=batches, seed=seed, device=str(device), threads=threads)
+    return AuditResult(run_audit(verifier, settings))
+
+
+_COMMON = """cases : {"quick", "default", "all"} or sequence of str or of cases
+        What to run (default ``"quick"``: the exact cases with small batches, seconds each);
+        names from :func:`case_names`, or :class:`~specexact.audit.AuditCase` objects.
+    batches : int, optional
+        Decoder calls per case (rounded up to even): reproducible sample sizes. Default
+        :data:`DEFAULT_BATCHES` unless ``budget_s`` is given.
+    budget_s : float, optional
+        A time budget for the whole audit instead (sample sizes then depend on the
+        machine's speed, never on the data).
+    false_fail_rate : float
+        Chance that a correct verifier fails, in (0, 1) (default 1e-6); split equally over
+        every check. In a pytest session use the ``specexact_false_fail_rate`` fixture.
+    seed : int
+    device : str or torch.device
+    threads : int, optional
+        Torch threads for the audit (restored afterwards); default: torch's count with
+        ``batches``, chosen by timing with ``budget_s``.
+    sampler_name : str, optional
+        ``MODULE:NAME`` of the verifier in replay commands (default
+        :func:`sampler_name_of`)."""
+
+
+def audit_verifier(verify, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
+                   false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
+                   sampler_name: str | None = None) -> AuditResult:
+    return _audit(verify, level="probability", cases=cases, batches=batches, budget_s=budget_s,
+                  false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
+                  sampler_name=sampler_name)
+
+
+def audit_logits_verifier(adapter, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
+                          false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
+                          sampler_name: str | None = None) -> AuditResult:
+    return _audit(adapter, level="logits", cases=cases, batches=batches, budget_s=budget_s,
+                  false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
+                  sampler_name=sampler_name)
+
+
+def assert_verifier_exact(verify, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
+                          false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
+                          sampler_name: str | None = None) -> AuditResult:
+    __tracebackhide__ = True  # pytest shows the caller's line, not this one
+    result = audit_verifier(verify, cases=cases, batches=batches, budget_s=budget_s, false_fail_rate=false_fail_rate,
+                            seed=seed, device=device, threads=threads, sampler_name=sampler_name)
+    if not result.passed:
+        raise AssertionError(result.message)
+    return result
+
+
+def assert_logits_verifier_exact(adapter, *, cases="quick", batches: int | None = None,
+                                 budget_s: float | None = None, false_fail_rate: float = 1e-6, seed: int = 0,
+                                 device="cpu", threads: int | None = None,
+                                 sampler_name: str | None = None) -> AuditResult:
+    __tracebackhide__ = True
+    result = audit_logits_verifier(adapter, cases=cases, batches=batches, budget_s=budget_s,
+                                   false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
+                                   sampler_name=sampler_name)
+    if not result.passed:
+        raise AssertionError(result.message)
+    return result
+
+
+audit_verifier.__doc__ = f"""Audit a probability-level verifier; return the result (never raises on a finding).
+
+    The verifier runs inside the built-in speculative decoder (drafting, per-prefix target
+    processing, EOS and ``max_new_tokens``) on small seeded models whose laws are
+    enumerated exactly (``specexact audit``, README "What the audit checks").
+
+    Parameters
+    ----------
+    verify : callable
+        ``verify(draft_token_ids [B, K] int64, draft_probs [B, K, V] float, target_probs
+        [B, K+1, V] float, generator) -> [B, K+1] int64`` (the
+        :func:`specexact.decoders.verify` protocol).
+    {_COMMON}
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    TypeError
+        ``verify`` is not callable, or is a logits-level adapter.
+    ValueError
+        Both ``batches`` and ``budget_s``, an unknown case name, a rate outside (0, 1).
+    """
+
+audit_logits_verifier.__doc__ = f"""Audit a logits-level adapter; return the result (never raises on a finding).
+
+    The adapter gets raw target logits with per-row sampling parameters and processes them
+    itself (README "Logits level"); the reference laws use its declared order of
+    operations, and cases needing an operation it lacks are skipped (listed in
+    ``report["settings"]["skipped_cases"]``).
+
+    Parameters
+    ----------
+    adapter : object
+        With ``capabilities`` (``Capabilities(logits_level=True, ...)``) and
+        ``verify_logits(inputs: LogitsVerifyInputs, generator) -> [B, K+1] int64``
+        (:mod:`specexact.decoders.adapters`).
+    {_COMMON}
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    TypeError
+        ``adapter`` is not a logits-level adapter.
+    ValueError
+        As :func:`audit_verifier`, or no selected case can drive the adapter.
+    """
+
+assert_verifier_exact.__doc__ = f"""Audit ``verify`` and raise :class:`AssertionError` on any finding.
+
+    Parameters
+    ----------
+    verify : callable
+        As :func:`audit_verifier`.
+    {_COMMON}
+
+    Returns
+    -------
+    AuditResult
+        When the verifier passed (for the numbers).
+
+    Raises
+    ------
+    AssertionError
+        A check failed or a case had a defect; the message is :attr:`AuditResult.message`:
+        every finding's check, p-value, detectable TV, replay command and Python replay.
+    TypeError, ValueError
+        As :func:`audit_verifier`.
+    """
+
+assert_logits_verifier_exact.__doc__ = f"""The logits-level twin of :func:`assert_verifier_exact`.
+
+    Parameters
+    ----------
+    adapter : object
+        As :func:`audit_logits_verifier`.
+    {_COMMON}
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    AssertionError
+        As :func:`assert_verifier_exact`.
+    TypeError, ValueError
+        As :func:`audit_logits_verifier`.
+    """

@@ -1,0 +1,268 @@
+"""The audit's own failures are not the sampler's: every I/O or environment failure exits 2
+with one line naming the path, and nothing computed is lost (issue 13)."""
+
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from specexact.cli import main
+
+AUDIT_TESTS = Path(__file__).parents[1] / "audit"
+ONE_CASE = ["--quick", "--case", "v8-plain", "--batches", "2", "--quiet", "--no-html", "--threads", "1"]
+V8_CHECKS = 8  # 2 row classes x 4 checks
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cli(*args, cwd=None, env_extra=None, timeout=300, script=False):
+    """Run the command in a fresh process (``python -m specexact``, or the console script)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]), "PYTHONUNBUFFERED": "1",
+           **(env_extra or {})}
+    head = [str(Path(sys.executable).parent / "specexact")] if script else [sys.executable, "-m", "specexact"]
+    return subprocess.run([*head, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+def one_line_error(stderr: str) -> str:
+    """The error line; fails if there is a traceback."""
+    assert "Traceback" not in stderr, stderr
+    lines = [ln for ln in stderr.splitlines() if "error" in ln.lower()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_report_dir_that_is_a_file_exits_2_before_sampling(tmp_path):
+    blocker = tmp_path / "reports"
+    blocker.write_text("not a folder")
+    for extra in ([], ["--no-journal"]):
+        out = cli("audit", *ONE_CASE, "--report-dir", str(blocker), *extra)
+        assert out.returncode == 2
+        line = one_line_error(out.stderr)
+        assert str(blocker) in line and "not a folder" in line
+        assert "sequences" not in out.stderr  # stopped before the audit ran
+    assert blocker.read_text() == "not a folder"
+
+
+def test_report_dir_under_a_file_exits_2(tmp_path):
+    (tmp_path / "f").write_text("x")
+    code = main(["audit", *ONE_CASE, "--report-dir", str(tmp_path / "f" / "sub")])
+    assert code == 2
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
+def test_json_path_that_cannot_be_written_exits_2_before_sampling(tmp_path, where, capsys):
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "d").mkdir()
+    target = tmp_path / "f" / "x.json" if where == "under_a_file" else tmp_path / "d"
+    code = main(["audit", *ONE_CASE, "--report-dir", str(tmp_path / "r"), "--json", str(target)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert str(target) in err and "Traceback" not in err
+    assert not list((tmp_path / "r").glob("audit-*.json"))
+
+
+def _disk_full(monkeypatch):
+    """Every report file write fails as on a full disk (after the audit has run)."""
+    import specexact.reports.json_report as jr
+
+    real = jr.write_text
+
+    def full(text, path):
+        if Path(path).parent.name == "r":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(text, path)
+
+    monkeypatch.setattr(jr, "write_text", full)
+
+
+@pytest.mark.statistical(checks=2 * V8_CHECKS)
+def test_reports_that_cannot_be_written_are_saved_elsewhere_and_the_journal_resumes(tmp_path, monkeypatch, capsys,
+                                                                                  alpha):
+    rate = str(alpha * V8_CHECKS)
+    args = ["audit", *ONE_CASE, "--false-fail-rate", rate, "--report-dir", str(tmp_path / "r")]
+    _disk_full(monkeypatch)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and str(tmp_path / "r") in err and "Traceback" not in err
+    saved = Path(re.search(r"saved to (\S+\.json)", err.replace("\n", "")).group(1))
+    report = json.loads(saved.read_text())
+    assert report["verdict"] == "pass" and report["num_sequences"] > 0
+    journals = list((tmp_path / "r" / ".journal").glob("*.jsonl"))
+    assert len(journals) == 1 and "journal" in err, "the journal is kept"
+    monkeypatch.undo()
+    # The same command once the disk has room: the cases come from the journal, not sampled again.
+    assert main(args) == 0
+    (written,) = (tmp_path / "r").glob("audit-*.json")
+    again = json.loads(written.read_text())
+    assert again["resumed_cases"] == ["v8-plain"]
+    assert [c["pvalue"] for c in again["checks"]] == [c["pvalue"] for c in report["checks"]]
+    assert not list((tmp_path / "r").glob(".journal/*.jsonl"))
+    # --no-journal: nothing to resume, but the report is still saved somewhere.
+    _disk_full(monkeypatch)
+    assert main([*args, "--no-journal"]) == 2
+    err = capsys.readouterr().err
+    assert json.loads(Path(re.search(r"saved to (\S+\.json)", err.replace("\n", "")).group(1)).read_text())
+
+
+def test_journal_that_cannot_be_written_exits_2(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / ".journal").write_text("a file where the journal folder goes")
+    assert main(["audit", *ONE_CASE, "--report-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert ".journal" in err and "Traceback" not in err
+
+
+@pytest.mark.statistical(checks=V8_CHECKS)
+def test_same_audit_running_twice_the_second_says_why_and_the_first_is_unharmed(tmp_path, alpha):
+    """Two identical audits in one folder at once: one holds the journal, the other exits 2
+    naming it; the first one's report is written and complete."""
+    args = ["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2", "--quiet",
+            "--no-html", "--threads", "1", "--sampler", "faulty_samplers:slow_once_on_v12",
+            "--false-fail-rate", str(alpha * V8_CHECKS), "--report-dir", str(tmp_path / "r")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]),
+           "SPECEXACT_TEST_STALL_SECONDS": "20"}
+    first = subprocess.Popen([sys.executable, "-m", "specexact", *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "r" / ".journal").glob("*.lock")):
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        second = cli(*args)
+        assert second.returncode == 2
+        line = one_line_error(second.stderr)
+        assert f"pid {first.pid}" in line and "--no-journal" in line
+        out, err = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err
+    (report,) = (tmp_path / "r").glob("audit-*.json")
+    data = json.loads(report.read_text())
+    assert [c["name"] for c in data["cases"]] == ["v8-plain", "v12-eos-cut"]
+
+
+_WRITE_SAME_STEM = """
+import json, sys, time
+from specexact.reports import write_reports
+report = json.loads(open(sys.argv[1]).read())
+report["sampler"]["name"] = sys.argv[3]
+time.sleep(max(0.0, float(sys.argv[4]) - time.time()))  # start together
+print(write_reports(report, sys.argv[2], "audit-builtin-20260101T000000Z", html=False, unique=True)["json"])
+"""
+
+
+def test_concurrent_writers_never_share_a_report_name(tmp_path):
+    """Audits finishing in the same second in one folder (the same stem): every report is
+    kept under its own name, none overwritten."""
+    from specexact.audit import quick_cases, run_audit
+    from specexact.decoders import verify
+
+    # Not asserted to pass: only its files matter here.
+    report = run_audit(verify, cases=[c for c in quick_cases() if c.name == "v8-plain"], num_batches=2, budget_s=None)
+    src = tmp_path / "src.json"
+    src.write_text(json.dumps(report))
+    start = time.time() + 3
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITE_SAME_STEM, str(src), str(tmp_path / "out"), f"w{i}",
+                               str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(6)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    paths = [Path(o.strip()) for o, _ in outs]
+    assert len(set(paths)) == 6
+    names = sorted(json.loads(p.read_text())["sampler"]["name"] for p in paths)
+    assert names == [f"w{i}" for i in range(6)]
+
+
+def _wait_for_journal(run_dir: Path, proc) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        found = [ln for p in run_dir.glob(".journal/*.jsonl") for ln in p.read_text().splitlines() if '"case"' in ln]
+        if found:
+            return
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the first case never reached the journal"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.statistical(checks=2 * V8_CHECKS)
+def test_interrupt_says_what_was_kept_and_the_rerun_resumes(tmp_path, sig, alpha):
+    run_dir = tmp_path / "r"
+    args = ["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2", "--quiet",
+            "--no-html", "--threads", "1", "--sampler", "faulty_samplers:stall_on_v12_if_asked",
+            "--false-fail-rate", str(alpha * V8_CHECKS), "--report-dir", str(run_dir)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]), "SPECEXACT_TEST_STALL": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "specexact", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_journal(run_dir, proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2
+    line = one_line_error(err)
+    assert "interrupted after 1 of 2 case(s)" in line and "run the same command again to resume" in line
+    assert str(run_dir / ".journal") in line
+    again = cli(*args)
+    assert again.returncode == 0, again.stderr
+    (report,) = run_dir.glob("audit-*.json")
+    assert json.loads(report.read_text())["resumed_cases"] == ["v8-plain"]
+
+
+_MODULE = """
+from specexact.decoders import verify as _verify
+
+def verify(ids, draft_probs, target_probs, generator=None):
+    return _verify(ids, draft_probs, target_probs, generator)
+"""
+
+
+@pytest.mark.statistical(checks=V8_CHECKS)
+def test_sampler_module_in_the_current_folder_is_found_by_the_console_script(tmp_path, alpha):
+    (tmp_path / "mysampler_here.py").write_text(_MODULE)
+    out = cli("audit", *ONE_CASE, "--false-fail-rate", str(alpha * V8_CHECKS), "--sampler", "mysampler_here:verify",
+              "--report-dir", "r", cwd=tmp_path, script=True)
+    assert "cannot import" not in out.stderr
+    assert out.returncode == 0, out.stderr
+    assert json.loads(next((tmp_path / "r").glob("audit-*.json")).read_text())["sampler"]["name"] == \
+        "mysampler_here:verify"
+
+
+def test_version():
+    from specexact import __version__
+
+    out = cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith(f"specexact {__version__} (torch ")
+
+
+def test_merge_and_render_outputs_that_cannot_be_written_exit_2(tmp_path, capsys):
+    from specexact.audit import quick_cases, run_audit
+    from specexact.decoders import verify
+    from specexact.reports import write_json
+
+    report = run_audit(verify, cases=[c for c in quick_cases() if c.name == "v8-plain"], num_batches=2,
+                       budget_s=None, shard=(1, 1))  # not asserted to pass: only the files matter
+    shard = write_json(report, tmp_path / "shard.json")
+    (tmp_path / "file").write_text("x")
+    assert main(["merge", str(shard), "--report-dir", str(tmp_path / "file"), "--quiet"]) == 2
+    assert main(["merge", str(shard), "--report-dir", str(tmp_path / "m"), "--json", str(tmp_path / "file" / "x")]) == 2
+    assert main(["render", str(shard), "--out-dir", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert err.count(str(tmp_path / "file")) >= 3 and "Traceback" not in err
+    assert main(["merge", str(shard), "--report-dir", str(tmp_path / "m"), "--quiet", "--no-html"]) in (0, 1)

@@ -1,0 +1,121 @@
+"""The README's stated figures, versions and names match the code, where a test can see them."""
+
+import inspect
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
+FLAT = " ".join(README.split())  # line breaks do not matter
+
+
+def sci(x: float) -> str:
+    """``1e-6`` as the README writes it."""
+    return f"{x:g}".replace("e-0", "e-")
+
+
+def test_schema_version_matches_the_code_and_schema_md():
+    from specexact.audit.report import SCHEMA, SCHEMA_VERSION
+    from specexact.reports.schema import REPORT_SCHEMA
+
+    assert f"schema `{SCHEMA}`, version `{SCHEMA_VERSION}`" in FLAT
+    assert f'`"{SCHEMA_VERSION}"` for this document' in (ROOT / "reports" / "schema.md").read_text()
+    assert f"/audit/{SCHEMA_VERSION}/" in REPORT_SCHEMA["$id"]
+
+
+def test_every_audit_option_is_in_the_readme():
+    from specexact.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help" and name == "audit":
+                    assert f"`{flag}" in README, f"specexact audit {flag} is not in the README"
+    assert "`specexact --version`" in README
+
+
+def test_defaults_stated_in_the_readme():
+    from specexact.cli import DEFAULT_BUDGET_S, QUICK_BUDGET_S, build_parser
+    from specexact.testing import DEFAULT_BATCHES
+    from specexact.testing.plugin import DEFAULT_SESSION_FALSE_FAIL_RATE
+
+    audit = build_parser().parse_args(["audit"])
+    assert f"(time for the whole command, default {DEFAULT_BUDGET_S:g})" in FLAT
+    assert f"in an {QUICK_BUDGET_S:g} s budget" in FLAT
+    assert f"`--false-fail-rate R` (whole audit, default {sci(audit.false_fail_rate)})" in FLAT
+    assert f"at `--baseline-false-alarm-rate R`, default {sci(audit.baseline_false_alarm_rate)})" in FLAT
+    assert f"(ini `specexact_false_fail_rate`, default {sci(DEFAULT_SESSION_FALSE_FAIL_RATE)})" in FLAT
+    assert f"reproducible samples; default {DEFAULT_BATCHES})" in FLAT
+    assert "default `./reports`" in FLAT and audit.report_dir == "reports"
+
+
+def test_statistical_figures():
+    from specexact.audit.levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
+    from specexact.audit.plan import FALSE_PASS_RATE, THREAD_ADVANTAGE
+    from specexact.testing.profiles import PROFILE_SETTINGS
+
+    assert f"bins of ≥ {MIN_EXPECTED:g} expected counts" in FLAT
+    assert CHI2_TAIL_INFLATION == 3.0 and "χ² checks run at a third of their share" in FLAT
+    assert f"power {1 - FALSE_PASS_RATE:g}" in FLAT
+    assert f"at least {round((1 - THREAD_ADVANTAGE) * 100)} % faster" in FLAT
+    assert f"no deadline, {PROFILE_SETTINGS['ci']['max_examples']} examples" in FLAT
+    assert f"random, {PROFILE_SETTINGS['nightly']['max_examples']} examples" in FLAT
+
+
+def test_exit_statuses_and_paths():
+    from specexact.audit.journal import journal_path, lock_path
+    from specexact.cli import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR
+
+    assert (EXIT_PASS, EXIT_FAIL, EXIT_ERROR) == (0, 1, 2)
+    assert "**0** no evidence of inexactness, **1** inexactness or a defect" in FLAT and "**2** the audit" in FLAT
+    assert f"`<report-dir>/{JOURNAL_SUBDIR}/audit-<key>.jsonl`" in FLAT
+    assert journal_path("d", "<key>").name == "audit-<key>.jsonl"
+    assert f"(`{lock_path(journal_path('d', '<key>')).name}`" in FLAT
+
+
+def test_versions_and_requirements():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    low = project["requires-python"].removeprefix(">=")
+    assert f"Python ≥ {low}" in FLAT
+    assert "torch==2.13.0" in README
+    tested = re.search(r"transformers versions\s+tested: ([0-9., ]+)\.",
+                       (ROOT / "pyproject.toml").read_text().replace("\n#", ""))
+    assert tested, "pyproject's comment on the tested transformers versions moved"
+    for version in tested.group(1).replace(" ", "").split(","):
+        assert version in README
+    assert project["entry-points"]["pytest11"] == {"specexact": "specexact.testing.plugin"}
+
+
+@pytest.mark.parametrize("name", ["assert_verifier_exact", "assert_logits_verifier_exact", "audit_verifier",
+                                  "audit_logits_verifier", "case_names", "AuditResult"])
+def test_the_python_api_table_names_real_functions_with_their_signatures(name):
+    import specexact.testing as api
+
+    assert name in api.__all__
+    row = next(line for line in README.splitlines() if line.startswith("| ") and f"`{name}`" in line.split("|")[1])
+    obj = getattr(api, name)
+    if name == "AuditResult":
+        for attr in re.findall(r"`\.(\w+)", row):
+            assert hasattr(obj, attr) or attr in obj.__dataclass_fields__, attr
+        return
+    params = inspect.signature(obj).parameters
+    for param in re.findall(r"(\w+)=", row):
+        assert param in params, f"{name} has no parameter {param}"
+    if "(verify, *, " in row:
+        documented = re.search(r"`\((verify, \*, [^`]*)\)`", row).group(1)
+        for part in documented.split(", ")[2:]:
+            key, _, default = part.partition("=")
+            expected = params[key].default
+            assert (float(default) == expected if isinstance(expected, float)
+                    else repr(expected).replace("'", '"') == default), (key, default)
+
+
+def test_the_example_file_exists_and_is_what_the_readme_says():
+    example = ROOT / "examples" / "test_engine_exactness.py"
+    assert "`examples/test_engine_exactness.py`" in README and example.exists()
+    assert example.read_text().count("  # <- your engine") == 2 and "replace the two lines marked" in FLAT

@@ -1,0 +1,178 @@
+"""The pytest plugin, run as an engine would run it (``pytester``): the documented example
+passes a correct sampler and fails a planted one with the finding in the message; the
+session's false-fail budget is split identically under ``-n 1`` and ``-n 2``."""
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "test_engine_exactness.py"
+ENGINE_LINE = "from specexact.decoders import verify as engine_verify  # <- your engine"
+PLANTED_LINE = "from specexact.audit.zoo import resample_from_target as engine_verify"
+
+
+def example_text(planted: bool = False) -> str:
+    text = EXAMPLE.read_text()
+    assert ENGINE_LINE in text, "the example's marked line moved: update this test"
+    if planted:
+        line = next(ln for ln in text.splitlines() if ln.startswith(ENGINE_LINE))
+        text = text.replace(line, PLANTED_LINE)
+    return text
+
+
+def test_this_suite_runs_with_the_plugin_beside_its_conftest(request):
+    """pytest loads the entry-point plugin for specexact's own run too: both coexist."""
+    config = request.config
+    assert config.pluginmanager.has_plugin("specexact")
+    markers = "\n".join(config.getini("markers"))
+    assert "statistical(checks)" in markers and "specexact(cases=" in markers
+    assert config.getoption("specexact_false_fail_rate") is None  # our suite never sets it
+
+
+@pytest.mark.statistical(checks=1)
+def test_documented_example_passes_a_correct_sampler(pytester, alpha):
+    pytester.makepyfile(test_engine_exactness=example_text())
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider",
+                                          f"--specexact-false-fail-rate={alpha}")
+    result.assert_outcomes(passed=7)
+    result.stdout.fnmatch_lines([f"specexact: session false-fail rate {alpha:g} split over 7 audit(s): *",
+                                 f"specexact: 7 test(s) audited at session false-fail rate {alpha:g} split over 7 "
+                                 "audit(s): *"])
+
+
+@pytest.mark.statistical(checks=0)
+def test_documented_example_fails_a_planted_sampler_with_the_finding(pytester):
+    pytester.makepyfile(test_engine_exactness=example_text(planted=True))
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 2, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_verifier_is_exact[v12-eos-cut] FAILED" in out or "FAILED test_engine_exactness.py::" \
+        "test_verifier_is_exact[v12-eos-cut]" in out
+    result.stdout.fnmatch_lines([
+        "E * AssertionError: sampler specexact.audit.zoo:resample_from_target is not exact: * finding(s)*",
+        "E * - v12-eos-cut / sequence_law[[]class *[]] (inexactness): p-value *, detectable TV 0.*",
+        "E *   replay: specexact audit --sampler specexact.audit.zoo:resample_from_target --seed 0 --case "
+        "v12-eos-cut --batches 8 --false-fail-rate * --quick --device cpu --threads 1",
+    ])
+    # pytest shows the test's own line, not the plugin's internals
+    assert "plugin.py" not in out and "assertions.py:" not in out
+
+
+SPLIT = """
+import pytest
+
+@pytest.mark.parametrize("k", range(3))
+def test_fixture_only(k, specexact_false_fail_rate):
+    assert specexact_false_fail_rate > 0
+
+@pytest.mark.specexact(audits=2)
+def test_two_audits(specexact_false_fail_rate):
+    pass
+
+@pytest.mark.specexact
+def test_marked_without_fixture():
+    pass
+
+def test_not_an_audit():
+    pass
+"""
+
+
+def rates(xml: Path) -> dict:
+    out = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        if "specexact_false_fail_rate" in props:
+            out[case.get("name")] = (float(props["specexact_false_fail_rate"]),
+                                     int(props["specexact_audits_in_session"]))
+    return out
+
+
+def test_budget_split_is_the_same_without_xdist_and_under_n1_and_n2(pytester):
+    pytester.makepyfile(test_split=SPLIT)
+    got = {}
+    for name, args in {"no-xdist": ["-p", "no:xdist"], "n1": ["-n", "1"], "n2": ["-n", "2"]}.items():
+        xml = pytester.path / f"{name}.xml"
+        result = pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider", f"--junitxml={xml}",
+                                              "--specexact-false-fail-rate=1e-3")
+        result.assert_outcomes(passed=6)
+        got[name] = rates(xml)
+    # 3 fixture-only tests + 2 shares of test_two_audits + 1 marked test = 6 shares
+    expected = {f"test_fixture_only[{k}]": (1e-3 / 6, 6) for k in range(3)}
+    expected["test_two_audits"] = (1e-3 / 6, 6)
+    assert got["no-xdist"] == expected
+    assert got["n1"] == got["n2"] == got["no-xdist"]
+    # Deselection changes the split (the collected audits), the same way on every worker.
+    xml = pytester.path / "k.xml"
+    pytester.runpytest_inprocess("-n", "2", "-p", "no:cacheprovider", f"--junitxml={xml}", "-k", "fixture_only",
+                                 "--specexact-false-fail-rate=1e-3").assert_outcomes(passed=3)
+    assert set(rates(xml).values()) == {(1e-3 / 3, 3)}
+
+
+def test_marker_misuse_is_a_usage_error(pytester):
+    pytester.makepyfile(test_bad="""
+import pytest
+
+@pytest.mark.specexact(audits=0)
+def test_zero(specexact_check):
+    pass
+""")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*audits=...) must be an integer >= 1, got 0*"])
+    pytester.makepyfile(test_bad="""
+import pytest
+
+@pytest.mark.specexact(batch=4)
+def test_typo(specexact_check):
+    pass
+""")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown @pytest.mark.specexact argument(s) *'batch'*; known: cases, batches*"])
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider",
+                                          "--specexact-false-fail-rate=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.statistical(checks=1)
+def test_more_audits_than_declared_is_refused(pytester, alpha):
+    pytester.makepyfile(test_twice="""
+import pytest
+from specexact.decoders import verify
+
+@pytest.mark.specexact(batches=2, cases=["v8-plain"])
+def test_twice(specexact_check):
+    specexact_check(verify)
+    specexact_check(verify)
+""")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider",
+                                          f"--specexact-false-fail-rate={alpha}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*runs more audits than it declared (1): mark it @pytest.mark.specexact(audits=2)*"])
+
+
+def test_hypothesis_profiles_are_registered_by_the_plugin(pytester):
+    from hypothesis import settings
+
+    before = settings._current_profile
+    pytester.makepyfile(test_profiles="""
+from hypothesis import given, settings, strategies as st
+
+def test_registered():
+    assert settings.get_profile("ci").derandomize is True
+    assert settings.get_profile("ci").database is None and settings.get_profile("ci").deadline is None
+    assert settings.get_profile("nightly").max_examples == 2000
+
+def test_loaded():
+    assert settings().derandomize is True and settings().max_examples == 30
+""")
+    try:
+        result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "--hypothesis-profile=ci")
+    finally:
+        settings.load_profile(before)
+    result.assert_outcomes(passed=2)
