@@ -79,3 +79,16 @@ def test_sglang_passes_the_quick_audit(alpha):
     report = run_audit(verify, sampler_name="sglang", sampler_target="specexact.decoders.adapters.sglang:verify",
                        cases=QUICK, false_fail_rate=alpha * QUICK_CHECKS, num_batches=1, budget_s=None, seed=0)
     assert report["verdict"] == "pass", report["findings"]
+
+
+# Finding (SGLang 0.5.23): a rejection whose residual max(p - q, 0) is empty after rounding makes
+# the final sampling fall through to token V - 1 (the kernel's initial final_token), whatever its
+# target probability. Replay: scripts/replays/empty_residual.py sglang.
+@pytest.mark.xfail(strict=True, reason="SGLang emits token V - 1 when the residual is empty after rounding")
+def test_empty_residual_never_emits_a_zero_probability_token():
+    p = torch.tensor([0.0, 0.5, 0.5, 0.0])
+    q = torch.tensor([0.0, 0.5 + 2.0**-24, 0.5, 0.0])
+    out = verify.verify_with_uniforms(torch.tensor([[1]]), q[None, None], torch.stack([p, p])[None],
+                                      torch.tensor([[1.0 - 2.0**-24]], dtype=torch.float64),
+                                      torch.Generator().manual_seed(0))
+    assert float(p[int(out[0, 0])]) > 0, f"emitted {out.tolist()}"

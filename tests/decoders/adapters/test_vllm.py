@@ -161,3 +161,16 @@ def test_vllm_passes_the_quick_audit(alpha):
                        cases=QUICK, false_fail_rate=alpha * QUICK_CHECKS, num_batches=BATCHES, budget_s=None, seed=0)
     assert report["verdict"] == "pass", report["findings"]
     assert all(c["defect"] is None for c in report["cases"])
+
+
+# Finding (vLLM 0.32.0 native; 0.33.0 Triton): a rejection whose residual max(p - q, 0) is empty
+# after rounding (q = p plus one ulp on the draft, uniform 1 - 2**-24) emits token 0, the argmax
+# of an all-zero row, whatever its target probability. Replay: scripts/replays/empty_residual.py.
+@pytest.mark.xfail(strict=True, reason="vLLM emits token 0 when the residual is empty after rounding")
+def test_empty_residual_never_emits_a_zero_probability_token():
+    p = torch.tensor([0.0, 0.5, 0.5, 0.0])
+    q = torch.tensor([0.0, 0.5 + 2.0**-24, 0.5, 0.0])
+    out = verify.verify_with_uniforms(torch.tensor([[1]]), q[None, None], torch.stack([p, p])[None],
+                                      torch.tensor([[1.0 - 2.0**-24]], dtype=torch.float64),
+                                      torch.Generator().manual_seed(0))
+    assert float(p[int(out[0, 0])]) > 0, f"emitted {out.tolist()}"
