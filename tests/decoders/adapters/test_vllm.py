@@ -97,10 +97,10 @@ def test_injected_uniforms_drive_the_acceptance_test_p_over_q_at_least_u():
     dp = torch.tensor([[[0.25, 0.5, 0.25, 0.0]]]).expand(3, 1, V).contiguous()
     tp = torch.stack([torch.full((V,), 0.25), point(2, V)])[None].expand(3, 2, V).contiguous()
     eps = torch.finfo(verify.uniforms_dtype).eps / 2  # one ulp above 0.5 on the engine's grid
-    u = torch.tensor([[0.5], [0.5 + eps], [0.0]], dtype=torch.float64)
+    u = torch.tensor([[0.5 + eps], [0.5], [0.0]], dtype=torch.float64)  # row order matters: not symmetric
     out = verify.verify_with_uniforms(ids, dp, tp, u, torch.Generator().manual_seed(0))
-    assert out[0].tolist() == [1, 2], "u == p/q accepts (>=), then the bonus token"
-    assert out[1].tolist() == [3, -1], "u one ulp above p/q rejects; recovered from max(p - q, 0)"
+    assert out[0].tolist() == [3, -1], "u one ulp above p/q rejects; recovered from max(p - q, 0)"
+    assert out[1].tolist() == [1, 2], "u == p/q accepts (>=), then the bonus token"
     assert out[2].tolist() == [1, 2]
     with pytest.raises(ValueError, match="uniforms must have shape"):
         verify.verify_with_uniforms(ids, dp, tp, u[:, :0], None)
