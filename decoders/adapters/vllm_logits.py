@@ -1,5 +1,7 @@
 """vLLM v1's ``RejectionSampler.forward`` at the logits level: the path production runs.
 
+What runs
+---------
 ``vllm.v1.sample.rejection_sampler.RejectionSampler(Sampler()).forward(metadata:
 SpecDecodeMetadata, draft_probs [num_tokens, V], logits [num_tokens + B, V],
 sampling_metadata: SamplingMetadata) -> SamplerOutput`` takes the target model's *raw*
