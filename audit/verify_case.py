@@ -356,7 +356,7 @@ def verify_cases() -> list[VerifyCase]:
         VerifyCase(
             name="v32000-verify",
             description="verifier called directly on shared laws: V=32000 Zipf head, target T=0.9 top-p 0.95, "
-                        "draft T=1; first token exact (the issue-7 goal law), residual and bonus laws",
+                        "draft T=1; first token exact, residual and bonus laws",
             # The law of benchmarks/audit_power.py's goal: class 0 of v4096-zipf at V=32000.
             model=ToyLMConfig(vocab_size=32000, seed=17, zipf_exponent=1.1, context_strength=1.5,
                               eos_token_id=31999, eos_logit=-3.0),

@@ -44,8 +44,6 @@ def test_list_cases_describes_each_case_by_what_it_runs(capsys):
     assert "(only with --case v32000-verify): [verify level, V=32000" in verify_level
 
 
-@pytest.mark.xfail(strict=True, reason="audit/verify_case.py (not this branch's file) describes v32000-verify by "
-                                       "'the issue-7 goal law'; the lead drops those words on merge")
 def test_list_cases_names_no_internal_planning_items(capsys):
     assert main(["audit", "--list-cases"]) == 0
     assert "issue" not in capsys.readouterr().out.lower()
