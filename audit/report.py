@@ -14,6 +14,7 @@ import numpy as np
 
 from specexact.exactness.budget import benjamini_hochberg
 
+from .decisions_checks import DECISION_CHECKS
 from .verify_case import VERIFY_CHECKS
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms"]
@@ -27,7 +28,7 @@ SCHEMA_VERSION = "1.2"
 def _checks_of(config: dict) -> int:
     if config.get("kind") == "verify":
         return VERIFY_CHECKS
-    return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1])
+    return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1]) + DECISION_CHECKS
 
 
 def _finding_kind(case: dict, chk: dict) -> str:
