@@ -150,6 +150,15 @@ class _Family:
         self.checked = 0  # events the exact rule was applied to
         self.violations = 0
         self.violation_events: list[dict] = []
+        self.checked_by_position = np.zeros(num_positions + 1, dtype=np.int64)
+        self.violations_by_position = np.zeros(num_positions + 1, dtype=np.int64)
+
+    def count(self, positions: torch.Tensor, bad: torch.Tensor | None = None) -> None:
+        """Count exact-rule applications (and violations) by position."""
+        P = self.checked_by_position.size
+        self.checked_by_position += np.bincount(positions.cpu().numpy(), minlength=P)[:P]
+        if bad is not None and bool(bad.any()):
+            self.violations_by_position += np.bincount(positions[bad].cpu().numpy(), minlength=P)[:P]
 
     def add_pits(self, u: torch.Tensor, in_slot: torch.Tensor, cls: torch.Tensor, pos: torch.Tensor) -> None:
         u = u.cpu()
@@ -181,6 +190,8 @@ class _Family:
             "strongest_score": None if self.strongest is None else self.strongest[0],
             "checked": int(self.checked), "violations": int(self.violations),
             "violation_events": list(self.violation_events),
+            "checked_by_position": self.checked_by_position.tolist(),
+            "violations_by_position": self.violations_by_position.tolist(),
         }
 
 
@@ -418,6 +429,8 @@ class DecisionObserver:
         self.must["accept"] += int(ma.sum())
         self.must["reject"] += int(mr.sum())
         self.dec.checked += int((ma | mr).sum())
+        sure = ma | mr
+        self.dec.count(pos[None].expand(A, g)[sure], (bad_a | bad_r)[sure])
         for bad, key, text in ((bad_a, "accept_violations", "rejected although p(d) >= q(d): acceptance is certain"),
                                (bad_r, "reject_violations", "accepted although p(d) = 0: rejection is certain")):
             k = int(bad.sum())
@@ -509,9 +522,13 @@ class DecisionObserver:
         # Exact support: cheap test first, full rows only for the doubtful events.
         quick = (p_t > 0) & (((1.0 + KAPPA) * p_t > q_t) if self.scheme == "tokenwise" else (t != d))
         doubt = torch.nonzero(~quick).squeeze(1)
+        bad_mask = torch.zeros(rej.numel(), dtype=torch.bool, device=dev)
         if doubt.numel():
             ok = recovered_support_ok(tp[rej[doubt], i[doubt]], dp[rej[doubt], i[doubt]], d[doubt], t[doubt],
                                       self.scheme)
+            bad_mask[doubt[~ok]] = True
+        fam.count(i, bad_mask)
+        if doubt.numel():
             bad = doubt[~ok].tolist()
             if bad:
                 fam.violation(len(bad), lambda room: [self._rec_event(rec, int(rej[k]), int(i[k]), int(t[k]),
@@ -572,6 +589,7 @@ class DecisionObserver:
         p_t = tp[full, g, t].double()
         fam = self.bonus
         fam.checked += int(full.numel())
+        fam.count(torch.zeros_like(full), p_t <= 0)
         bad = torch.nonzero(p_t <= 0).squeeze(1).tolist()
         if bad:
             fam.violation(len(bad), lambda room: [self._event(rec, int(full[k]), g, "bonus", int(t[k]), {

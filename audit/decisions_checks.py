@@ -99,6 +99,10 @@ def _exact(name: str, *, n: int, violations: int, alpha: float, what: str, detai
                        description=desc)
 
 
+def _by_position(fam: dict) -> dict:
+    return {"checked_by_position": fam["checked_by_position"], "violations_by_position": fam["violations_by_position"]}
+
+
 def _not_applicable(name: str, alpha: float, why: str) -> CheckResult:
     return CheckResult(name=name, method="exact", statistic=0.0, pvalue=1.0, dof=None, n=0, false_fail_rate=alpha,
                        detectable_tv=math.inf, false_pass_rate=_FALSE_PASS, passed=True, worst=(),
@@ -211,7 +215,8 @@ def decision_checks(summary: dict, *, alpha: float, min_expected: float, level: 
         n_sure = must["accept"] + must["reject"]
         checks.append(_exact(
             "acceptance_exact", n=n_sure, violations=must["accept_violations"] + must["reject_violations"],
-            alpha=alpha, what="sure decisions", details={**common, **must, "violation_events": dec["violation_events"]},
+            alpha=alpha, what="sure decisions", details={**common, **must, "violation_events": dec["violation_events"],
+                                                         **_by_position(dec)},
             worst=[(lbl, float(k), 0.0) for lbl, k in (("rejected with p(d) >= q(d)", must["accept_violations"]),
                                                        ("accepted with p(d) = 0", must["reject_violations"])) if k]))
         res = pit_uniformity_check(dec["slot_fine"], num_events=dec["events_in_slots"], false_fail_rate=a2,
@@ -221,7 +226,7 @@ def decision_checks(summary: dict, *, alpha: float, min_expected: float, level: 
         checks.append(_with_details(res, {**extra, **_breakdown(dec)}))
         checks.append(_exact(
             "recovered_support", n=rec["checked"], violations=rec["violations"], alpha=alpha, what="rejections",
-            details={**common, "violation_events": rec["violation_events"]},
+            details={**common, "violation_events": rec["violation_events"], **_by_position(rec)},
             worst=[("token outside the residual's support", float(rec["violations"]), 0.0)] if rec["violations"] else ()))
         if level == "decoder":
             if summary["token_laws"]:
