@@ -116,6 +116,11 @@ def _ll_bernoulli(success: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return torch.log(torch.where(success, a, 1.0 - a).clamp_min(_LOG_FLOOR))
 
 
+def _impossible_bernoulli(success: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Outcomes of probability 0 under ``a``: accepted at ``a = 0``, rejected at ``a = 1``."""
+    return torch.where(success, a <= 0, a >= 1)
+
+
 def _pit_rows(r: torch.Tensor, t: torch.Tensor, w: torch.Tensor):
     """PIT of tokens ``t`` under rows ``r [c, V]`` (unnormalised, float64), tokens ordered
     by decreasing mass, ties by lower id. Returns ``(U, prob, surprise)``: the PIT, the
@@ -130,9 +135,11 @@ def _pit_rows(r: torch.Tensor, t: torch.Tensor, w: torch.Tensor):
     return u, r_t / total, r_t / r.amax(1)
 
 
-def _ll_rows(r: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+def _ll_rows(r: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Log-probabilities (floored) of tokens ``t`` under rows ``r``, and how many are 0."""
     total = r.sum(1).clamp_min(1e-300)
-    return torch.log((r.gather(1, t[:, None]).squeeze(1) / total).clamp_min(_LOG_FLOOR))
+    r_t = r.gather(1, t[:, None]).squeeze(1)
+    return torch.log((r_t / total).clamp_min(_LOG_FLOOR)), int((r_t <= 0).sum())
 
 
 class _Family:
@@ -144,7 +151,8 @@ class _Family:
         self.events = 0  # all events, in slots or not
         self.slots = 0
         self.by_cp = np.zeros((num_classes, num_positions, FINE_CELLS), dtype=np.int64)
-        self.ll = {"own": 0.0, "next": 0.0, "n_next": 0, "own_prev": 0.0, "prev": 0.0, "n_prev": 0}
+        self.ll = {"own": 0.0, "next": 0.0, "n_next": 0, "own_prev": 0.0, "prev": 0.0, "n_prev": 0,
+                   "impossible_own": 0, "impossible_next": 0, "impossible_prev": 0}
         self.alt_fine = {"next": np.zeros(FINE_CELLS, dtype=np.int64), "prev": np.zeros(FINE_CELLS, dtype=np.int64)}
         self.strongest: tuple[float, dict] | None = None
         self.checked = 0  # events the exact rule was applied to
@@ -467,6 +475,8 @@ class DecisionObserver:
         L["own"] += float(ll_own[decided].sum())
         L["next"] += float(ll_next[decided].sum())
         L["n_next"] += int(decided.sum())
+        L["impossible_own"] += int((_impossible_bernoulli(accepted, a) & decided).sum())
+        L["impossible_next"] += int((_impossible_bernoulli(accepted, a_next) & decided).sum())
         self.dec.alt_fine["next"] += fine_cell_counts(bernoulli_pit(acc_f, a_next.reshape(-1)[flat], w))
         if g > 1:
             a_prev = acceptance_prob(tp[:, :g - 1].gather(2, ids[:, 1:, None]).squeeze(2), q_d[:, 1:], self.scheme)
@@ -474,6 +484,7 @@ class DecisionObserver:
             L["own_prev"] += float(ll_own[:, 1:][d1].sum())
             L["prev"] += float(_ll_bernoulli(accepted[:, 1:], a_prev)[d1].sum())
             L["n_prev"] += int(d1.sum())
+            L["impossible_prev"] += int((_impossible_bernoulli(accepted[:, 1:], a_prev) & d1).sum())
             self.dec.alt_fine["prev"] += fine_cell_counts(
                 bernoulli_pit(accepted[:, 1:][d1], a_prev[d1], w[(pos_f >= 1)]))
         # The most surprising decision (smallest probability of what happened).
@@ -550,16 +561,20 @@ class DecisionObserver:
             u, _, sur = _pit_rows(r, rt, w[s:e])
             us.append(u.cpu())
             surprise.append(sur.cpu())
-            own = _ll_rows(r, rt)
+            own, z = _ll_rows(r, rt)
             L["own"] += float(own.sum())
-            L["next"] += float(_ll_rows(residual_rows(tp[ra, ri + 1], q_rows, rd, self.scheme), rt).sum())
+            L["impossible_own"] += z
+            nxt, z = _ll_rows(residual_rows(tp[ra, ri + 1], q_rows, rd, self.scheme), rt)
+            L["next"] += float(nxt.sum())
+            L["impossible_next"] += z
             L["n_next"] += int(e - s)
             has_prev = ri >= 1
             if bool(has_prev.any()):
                 hp = has_prev.nonzero().squeeze(1)
                 L["own_prev"] += float(own[hp].sum())
-                L["prev"] += float(_ll_rows(residual_rows(tp[ra[hp], ri[hp] - 1], q_rows[hp], rd[hp], self.scheme),
-                                            rt[hp]).sum())
+                prv, z = _ll_rows(residual_rows(tp[ra[hp], ri[hp] - 1], q_rows[hp], rd[hp], self.scheme), rt[hp])
+                L["prev"] += float(prv.sum())
+                L["impossible_prev"] += z
                 L["n_prev"] += int(hp.numel())
         u = torch.cat(us)
         fam.add_pits(u, in_slot, cls[rej], i)
@@ -609,10 +624,13 @@ class DecisionObserver:
             u, _, sur = _pit_rows(r, ft, w[s:e])
             us.append(u.cpu())
             surprise.append(sur.cpu())
-            own = _ll_rows(r, ft)
+            own, z = _ll_rows(r, ft)
             L["own_prev"] += float(own.sum())
             L["own"] += float(own.sum())
-            L["prev"] += float(_ll_rows(tp[fa, g - 1].double(), ft).sum())
+            L["impossible_own"] += z
+            prv, z = _ll_rows(tp[fa, g - 1].double(), ft)
+            L["prev"] += float(prv.sum())
+            L["impossible_prev"] += z
             L["n_prev"] += int(e - s)
         u = torch.cat(us)
         fam.add_pits(u, in_slot, cls[full], torch.zeros_like(full))

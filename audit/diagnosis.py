@@ -20,7 +20,9 @@ Derived parts — **heuristics**, stated as such in the report:
 - *position alignment*: the failing events' log-likelihood under the law of the next (or
   previous) position — acceptance ``min(1, p_{i±1}(d_i) / q_i(d_i))``, residual
   ``max(p_{i±1} - q_i, 0)`` — exceeds that under their own by more than
-  :data:`ALIGN_MIN_NATS` and :data:`ALIGN_NATS_PER_EVENT` per event, and the family fails
+  :data:`ALIGN_MIN_NATS` and :data:`ALIGN_NATS_PER_EVENT` per event, the neighbour's law
+  makes no observed event impossible and (decisions) its PIT reading is not below
+  :data:`ALIGN_PIT_P` (it must explain the events, not only be less wrong), and the family fails
   at position 0 already (an exact violation there, or a PIT reading below
   :data:`POSITION_0_P`): a misaligned target law is wrong at every position, while a bug
   in the per-prefix histories leaves position 0 clean. A bonus token that
@@ -85,6 +87,9 @@ evidence of misalignment."""
 ALIGN_NATS_PER_EVENT = 0.01
 """... and per event of the check."""
 
+ALIGN_PIT_P = 1e-4
+"""The neighbour's PIT reading must not fall below this p-value (it must fit, not only be
+less bad)."""
 POSITION_0_P = 1e-6
 """A PIT reading at position 0 below this p-value counts as a failure there (heuristic)."""
 
@@ -118,12 +123,13 @@ def _event_of(chk: dict) -> dict | None:
 
 def _strongest(failed: list[dict]) -> dict:
     """The failing check of the strongest evidence: exact violations with an event first."""
-    def key(c):
-        exact_event = c.get("method") == "exact" and _p(c) == 0.0 and bool((c.get("details") or {}).get(
-            "violation_events"))
-        return (not exact_event, _p(c), _label(c))
+    def key(item):
+        k, c = item
+        d = c.get("details") or {}
+        exact_event = c.get("method") == "exact" and _p(c) == 0.0 and bool(d.get("violation_events"))
+        return (not exact_event, _p(c), -int(d.get("violations") or 0), k)
 
-    return sorted(failed, key=key)[0]
+    return sorted(enumerate(failed), key=key)[0][1]
 
 
 def _evidence(chk: dict) -> str:
@@ -165,17 +171,27 @@ def _by_case_type(checks: list[dict]) -> dict:
     return out
 
 
-def _gain(chk: dict | None, side: str) -> tuple[float, int] | None:
+def _gain(chk: dict | None, side: str) -> tuple[float, int, int, float | None] | None:
+    """``(log-likelihood gain, events, events impossible under the neighbour's law, the
+    neighbour's PIT reading p-value or None)`` of a check's events under position ``side``."""
     if chk is None:
         return None
     alt = (chk.get("details") or {}).get("alternatives") or {}
+    ll = alt.get("log_likelihood") or {}
     g = alt.get(f"ll_gain_{side}")
-    n = (alt.get("log_likelihood") or {}).get(f"n_{side}", 0)
-    return (float(g), int(n)) if g is not None and n else None
+    n = ll.get(f"n_{side}", 0)
+    pit = (alt.get(f"pit_{side}") or {}).get("pvalue")
+    return (float(g), int(n), int(ll.get(f"impossible_{side}", 0)), pit) if g is not None and n else None
 
 
-def _fits_better(gain: tuple[float, int] | None) -> bool:
-    return gain is not None and gain[0] > max(ALIGN_MIN_NATS, ALIGN_NATS_PER_EVENT * gain[1])
+def _fits_better(gain) -> bool:
+    """The neighbour's law explains the events: a large log-likelihood gain, no event it
+    makes impossible, and (where measured) a PIT reading that does not reject it."""
+    if gain is None:
+        return False
+    g, n, impossible, pit = gain
+    return (g > max(ALIGN_MIN_NATS, ALIGN_NATS_PER_EVENT * n) and impossible == 0
+            and (pit is None or pit >= ALIGN_PIT_P))
 
 
 def _fails_at_position_0(stat: dict | None, exact: dict | None) -> bool:
