@@ -147,6 +147,8 @@ class _Family:
 
     def __init__(self, num_classes: int, num_positions: int) -> None:
         self.slot_fine = np.zeros(FINE_CELLS, dtype=np.int64)  # slots: events + fillers
+        self.slot_fine_by_class = np.zeros((num_classes, FINE_CELLS), dtype=np.int64)
+        self.events_in_slots_by_class = np.zeros(num_classes, dtype=np.int64)
         self.events_in_slots = 0
         self.events = 0  # all events, in slots or not
         self.slots = 0
@@ -173,9 +175,15 @@ class _Family:
         self.events += int(u.numel())
         if u.numel() == 0:
             return
-        self.slot_fine += fine_cell_counts(u[in_slot.cpu()])
+        in_slot = in_slot.cpu()
+        self.slot_fine += fine_cell_counts(u[in_slot])
         self.events_in_slots += int(in_slot.sum())
         cells = (u * FINE_CELLS).floor_().clamp_(0, FINE_CELLS - 1).long()
+        C = self.slot_fine_by_class.shape[0]
+        sc = cls.cpu()[in_slot]
+        self.slot_fine_by_class += np.bincount((sc * FINE_CELLS + cells[in_slot]).numpy(),
+                                               minlength=C * FINE_CELLS).reshape(C, FINE_CELLS)
+        self.events_in_slots_by_class += np.bincount(sc.numpy(), minlength=C)
         flat = (cls.cpu() * self.by_cp.shape[1] + pos.cpu()) * FINE_CELLS + cells
         self.by_cp += np.bincount(flat.numpy(), minlength=self.by_cp.size).reshape(self.by_cp.shape)
 
@@ -191,6 +199,8 @@ class _Family:
     def to_dict(self) -> dict:
         return {
             "slot_fine": self.slot_fine.tolist(), "slots": int(self.slots),
+            "slot_fine_by_class": self.slot_fine_by_class.tolist(),
+            "events_in_slots_by_class": self.events_in_slots_by_class.tolist(),
             "events_in_slots": int(self.events_in_slots), "events": int(self.events),
             "by_class_position": self.by_cp.tolist(), "log_likelihood": dict(self.ll),
             "alternative_fine": {k: v.tolist() for k, v in self.alt_fine.items()},
@@ -284,16 +294,19 @@ class DecisionObserver:
         """Close the call: fill the empty slots and (with ``output``, a
         :class:`~specexact.decoders.GenerationOutput`) check the final tokens against the
         rounds' kept tokens and the cut."""
+        uniform = np.full(FINE_CELLS, 1.0 / FINE_CELLS)
+        rows_per_class = np.bincount(self.row_class.numpy(), minlength=self.C)
         for fam, key, per_row in ((self.dec, "dec", self.slots.decisions), (self.rec, "rec", self.slots.recovered),
                                   (self.bonus, "bonus", self.slots.bonus)):
-            used = int(self.used[key].sum())
-            total = self.B * per_row
-            fam.slots += total
-            fill = total - used
-            if fill > 0:
-                fam.slot_fine += self.rng.multinomial(fill, np.full(FINE_CELLS, 1.0 / FINE_CELLS))
+            used = np.bincount(self.row_class.numpy(), weights=self.used[key].numpy(), minlength=self.C).astype(np.int64)
+            fam.slots += self.B * per_row
+            fill = rows_per_class * per_row - used  # [C]: each class's empty slots, filled independently
+            for c in np.flatnonzero(fill > 0):
+                cells = self.rng.multinomial(int(fill[c]), uniform)
+                fam.slot_fine += cells
+                fam.slot_fine_by_class[c] += cells
             if key == "dec":
-                self.scale += fill / FINE_CELLS
+                self.scale += float(fill.sum()) / FINE_CELLS
         if output is not None and self.check_cut:
             self._check_output(output)
         self.cut["calls"] += 1

@@ -121,11 +121,23 @@ def _reading(fine: np.ndarray) -> dict:
     return {"events": n, "pvalue": p, "cells": cells.tolist()}
 
 
+def _slot_reading(fam: dict, c: int) -> dict:
+    """Chi-square p-value of class ``c``'s own slots (events and fillers: exactly
+    multinomial under the null, like the check itself, at a smaller size)."""
+    fine = np.asarray(fam["slot_fine_by_class"][c], dtype=np.int64)
+    S = int(fine.sum())
+    m = num_cells(S, min_expected=_READING_MIN_EXPECTED)
+    out = {"slots": S, "events": int(fam["events_in_slots_by_class"][c])}
+    if m < 2:
+        return {**out, "pvalue": None}
+    return {**out, "pvalue": float(stats.chisquare(coarsen(fine, m), np.full(m, S / m)).pvalue)}
+
+
 def _breakdown(fam: dict) -> dict:
     by = np.asarray(fam["by_class_position"], dtype=np.int64)  # [C, P, FINE]
     return {
         "per_position": [{"position": i, **_reading(by[:, i].sum(0))} for i in range(by.shape[1])],
-        "per_class": [{"class": c, **_reading(by[c].sum(0))} for c in range(by.shape[0])],
+        "per_class": [{"class": c, **_slot_reading(fam, c)} for c in range(by.shape[0])],
         "alternatives": _alternatives(fam),
         "strongest_event": fam["strongest_event"],
     }
