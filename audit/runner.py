@@ -15,6 +15,12 @@ Per two-sample case (V too large to enumerate): the first token against its exac
 first-round acceptance count against ``sum_v min(target, draft)`` (exact binomial), the
 sequences against naive target-only sampling (chi-square homogeneity), and the same
 independence checks on the first token.
+
+Per case, every case: the per-event checks of
+:mod:`~specexact.audit.decisions_checks` (``acceptance_exact``, ``acceptance``,
+``recovered_support``, ``recovered_token_law``, ``bonus_token_law``, ``eos_cut``), from a
+:class:`~specexact.audit.decisions.DecisionObserver` that sees every round of every
+decoder call (:func:`decision_observer`).
 """
 
 from __future__ import annotations
