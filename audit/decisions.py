@@ -39,6 +39,7 @@ is all the exactness of the null needs (:mod:`~specexact.exactness.pit`).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -313,8 +314,6 @@ class DecisionObserver:
 
     # ------------------------------------------------------------------ per round
     def __call__(self, rec) -> None:
-        import time
-
         start = time.perf_counter()
         rows = rec.rows.cpu().long()
         ids = rec.draft_token_ids.long()

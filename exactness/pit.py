@@ -151,7 +151,7 @@ def discrete_pit(mass_before: torch.Tensor, mass_at: torch.Tensor, total: torch.
 def fine_cell_counts(u: torch.Tensor) -> np.ndarray:
     """Counts of ``u`` in the :data:`FINE_CELLS` equal cells of ``[0, 1)`` (``u = 1`` in the
     last). Shape: ``[n] -> [FINE_CELLS]`` int64."""
-    cells = (u.double() * FINE_CELLS).floor_().clamp_(0, FINE_CELLS - 1).long()
+    cells = (u.detach().cpu().double() * FINE_CELLS).floor_().clamp_(0, FINE_CELLS - 1).long()
     return torch.bincount(cells.reshape(-1), minlength=FINE_CELLS).numpy().astype(np.int64)
 
 
