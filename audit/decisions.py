@@ -17,9 +17,9 @@ V]`` array:
   multinomial for a correct sampler;
 - for the diagnosis: the same PITs per row class and position (events only), the
   log-likelihood of the events under the neighbouring positions' laws (position
-  alignment), the expected cell probabilities under acceptance scaled by factors
-  (:data:`SCALE_GRID`, the detectable scale), and the most surprising event of each kind
-  with its context and laws.
+  alignment; first :data:`ALT_CALLS` calls), the expected cell probabilities under acceptance scaled by factors
+  (:data:`SCALE_GRID`, the detectable scale; from the first :data:`SCALE_CALLS` calls),
+  and the most surprising event of each kind with its context and laws.
 
 :meth:`DecisionObserver.summary` returns all of it JSON-ready;
 :mod:`~specexact.audit.decisions_checks` turns it into checks.
@@ -64,6 +64,17 @@ SCALE_GRID = (0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999,
 """Acceptance scale factors ``s`` (acceptance ``min(1, s p / q)``) at which the observer
 accumulates the expected PIT cell probabilities, to state the smallest scale the
 acceptance check detects."""
+
+SCALE_CALLS = 2
+"""Decoder calls whose decisions give the expected cells under scaled acceptance (every
+call's decisions have one law, so the first calls' average stands for all; the power
+figure costs two small matrix products per round, the largest part of the observer's
+cost on small vocabularies)."""
+
+ALT_CALLS = 4
+"""Decoder calls whose events are also scored under the neighbouring positions' laws
+(the diagnosis' alignment reading; a misalignment moves the log-likelihood by nats per
+event, so a few calls suffice, and at large V each recovered event costs two more passes)."""
 
 MAX_EVENTS = 3
 """Violating events kept (with context and laws) per exact check."""
@@ -276,6 +287,7 @@ class DecisionObserver:
         self.bonus = _Family(self.C, 1)
         self.must = {"accept": 0, "accept_violations": 0, "reject": 0, "reject_violations": 0}
         self.scale = torch.zeros(len(SCALE_GRID), FINE_CELLS, dtype=torch.float64)
+        self.scale_slots = 0
         self.cut = {"rounds": 0, "calls": 0, "violations": 0, "events": []}
         self.call = -1
         self.round = 0
@@ -306,8 +318,9 @@ class DecisionObserver:
                 cells = self.rng.multinomial(int(fill[c]), uniform)
                 fam.slot_fine += cells
                 fam.slot_fine_by_class[c] += cells
-            if key == "dec":
+            if key == "dec" and self.call < SCALE_CALLS:
                 self.scale += float(fill.sum()) / FINE_CELLS
+                self.scale_slots += self.B * per_row
         if output is not None and self.check_cut:
             self._check_output(output)
         self.cut["calls"] += 1
@@ -473,32 +486,32 @@ class DecisionObserver:
         u = bernoulli_pit(acc_f, a_f, w)
         in_slot = self._slots("dec", rows.to(dev)[row_f], self.slots.decisions)
         self.dec.add_pits(u, in_slot, cls_f, pos_f)
-        # Expected cells under scaled acceptance (power), for the events in slots.
-        ratio = torch.where(q_d > 0, p_d / q_d.clamp_min(1e-300), torch.where(p_d > 0, math.inf, 0.0)
-                            ).reshape(-1)[flat][in_slot].cpu()
-        a_s = a_f[in_slot].cpu()
-        if self.scheme == "tokenwise" and a_s.numel():
-            self.scale += _scaled_cells(a_s, ratio, _GRID)
-        # Neighbouring positions' laws (alignment): p_{i+1}(d_i) and p_{i-1}(d_i).
-        a_next = acceptance_prob(tp[:, 1:g + 1].gather(2, ids[:, :, None]).squeeze(2), q_d, self.scheme)
-        ll_own = _ll_bernoulli(accepted, a)
-        ll_next = _ll_bernoulli(accepted, a_next)
-        L = self.dec.ll
-        L["own"] += float(ll_own[decided].sum())
-        L["next"] += float(ll_next[decided].sum())
-        L["n_next"] += int(decided.sum())
-        L["impossible_own"] += int((_impossible_bernoulli(accepted, a) & decided).sum())
-        L["impossible_next"] += int((_impossible_bernoulli(accepted, a_next) & decided).sum())
-        self.dec.alt_fine["next"] += fine_cell_counts(bernoulli_pit(acc_f, a_next.reshape(-1)[flat], w))
-        if g > 1:
-            a_prev = acceptance_prob(tp[:, :g - 1].gather(2, ids[:, 1:, None]).squeeze(2), q_d[:, 1:], self.scheme)
-            d1 = decided[:, 1:]
-            L["own_prev"] += float(ll_own[:, 1:][d1].sum())
-            L["prev"] += float(_ll_bernoulli(accepted[:, 1:], a_prev)[d1].sum())
-            L["n_prev"] += int(d1.sum())
-            L["impossible_prev"] += int((_impossible_bernoulli(accepted[:, 1:], a_prev) & d1).sum())
-            self.dec.alt_fine["prev"] += fine_cell_counts(
-                bernoulli_pit(accepted[:, 1:][d1], a_prev[d1], w[(pos_f >= 1)]))
+        if self.scheme == "tokenwise" and self.call < SCALE_CALLS and bool(in_slot.any()):
+            # Expected cells under scaled acceptance (power), for the events in slots.
+            ratio = torch.where(q_d > 0, p_d / q_d.clamp_min(1e-300), torch.where(p_d > 0, math.inf, 0.0))
+            self.scale += _scaled_cells(a_f[in_slot], ratio.reshape(-1)[flat][in_slot], _GRID)
+        if self.call < ALT_CALLS:
+            # Neighbouring positions' laws (alignment): p_{i+1}(d_i) and p_{i-1}(d_i).
+            a_next = acceptance_prob(tp[:, 1:g + 1].gather(2, ids[:, :, None]).squeeze(2), q_d, self.scheme)
+            ll_own = _ll_bernoulli(accepted, a)
+            ll_next = _ll_bernoulli(accepted, a_next)
+            L = self.dec.ll
+            L["own"] += float(ll_own[decided].sum())
+            L["next"] += float(ll_next[decided].sum())
+            L["n_next"] += int(decided.sum())
+            L["impossible_own"] += int((_impossible_bernoulli(accepted, a) & decided).sum())
+            L["impossible_next"] += int((_impossible_bernoulli(accepted, a_next) & decided).sum())
+            self.dec.alt_fine["next"] += fine_cell_counts(bernoulli_pit(acc_f, a_next.reshape(-1)[flat], w))
+            if g > 1:
+                p_prev = tp[:, :g - 1].gather(2, ids[:, 1:, None]).squeeze(2)
+                a_prev = acceptance_prob(p_prev, q_d[:, 1:], self.scheme)
+                d1 = decided[:, 1:]
+                L["own_prev"] += float(ll_own[:, 1:][d1].sum())
+                L["prev"] += float(_ll_bernoulli(accepted[:, 1:], a_prev)[d1].sum())
+                L["n_prev"] += int(d1.sum())
+                L["impossible_prev"] += int((_impossible_bernoulli(accepted[:, 1:], a_prev) & d1).sum())
+                self.dec.alt_fine["prev"] += fine_cell_counts(
+                    bernoulli_pit(accepted[:, 1:][d1], a_prev[d1], w[(pos_f >= 1)]))
         # The most surprising decision (smallest probability of what happened).
         if acc_f.numel():
             p_obs = torch.where(acc_f, a_f, 1.0 - a_f)
@@ -573,6 +586,8 @@ class DecisionObserver:
             u, _, sur = _pit_rows(r, rt, w[s:e])
             us.append(u.cpu())
             surprise.append(sur.cpu())
+            if self.call >= ALT_CALLS:
+                continue
             own, z = _ll_rows(r, rt)
             L["own"] += float(own.sum())
             L["impossible_own"] += z
@@ -636,6 +651,8 @@ class DecisionObserver:
             u, _, sur = _pit_rows(r, ft, w[s:e])
             us.append(u.cpu())
             surprise.append(sur.cpu())
+            if self.call >= ALT_CALLS:
+                continue
             own, z = _ll_rows(r, ft)
             L["own_prev"] += float(own.sum())
             L["own"] += float(own.sum())
@@ -661,5 +678,6 @@ class DecisionObserver:
             "calls": self.call + 1, "observer_seconds": self.seconds, "token_laws": self.token_laws,
             "must": dict(self.must), "decisions": self.dec.to_dict(), "recovered": self.rec.to_dict(),
             "bonus": self.bonus.to_dict(), "scale_grid": list(SCALE_GRID),
-            "scale_fine": self.scale.tolist(), "cut": {**self.cut, "checked": self.check_cut},
+            "scale_fine": self.scale.tolist(), "scale_slots": int(self.scale_slots),
+            "cut": {**self.cut, "checked": self.check_cut},
         }

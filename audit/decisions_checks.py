@@ -26,7 +26,8 @@ three, :data:`VERIFY_DECISION_CHECKS`):
     ``min(1, s p / q)`` instead of ``min(1, p / q)``) from the exact expected cell
     probabilities of the observed decisions under each scale of
     :data:`~specexact.audit.decisions.SCALE_GRID` (noncentral chi-square, power
-    ``1 - beta``; log-log interpolation between grid points). Sure decisions add no
+    ``1 - beta``; log-log interpolation between grid points; the cell probabilities per
+    slot are those of the first ``SCALE_CALLS`` calls). Sure decisions add no
     information here (their ``U`` is uniform); ``acceptance_exact`` covers them.
 ``recovered_support`` (exact)
     Every token emitted after a rejection has ``p(t) > 0`` and ``(1 + KAPPA) p(t) >
@@ -161,7 +162,8 @@ def _detectable_scales(summary: dict, cells: int, alpha: float) -> dict:
     if cells < 2 or S == 0:
         return {"detectable_scale_low": None, "detectable_scale_high": None}
     grid = np.asarray(summary["scale_grid"])
-    fine = np.asarray(summary["scale_fine"]) / S  # [G, FINE]
+    # expected cell probabilities per slot, from the first calls' slots (same law every call)
+    fine = np.asarray(summary["scale_fine"]) / max(summary.get("scale_slots") or S, 1)  # [G, FINE]
     lam = noncentrality_of_cells(coarsen(fine, cells), S)
     need = required_noncentrality(cells, false_fail_rate=alpha, false_pass_rate=_FALSE_PASS)
     out = {}

@@ -95,7 +95,7 @@ def test_a_wrong_cut_is_an_eos_cut_violation():
 
 def test_scale_grid_power_grows_away_from_one():
     s, _, _ = _run(_case("v8-plain"), CORRECT["builtin"], batch=256)
-    fine = np.asarray(s["scale_fine"]) / s["decisions"]["slots"]
+    fine = np.asarray(s["scale_fine"]) / s["scale_slots"]
     dev = np.abs(fine - 1 / fine.shape[1]).sum(1)
     grid = np.asarray(SCALE_GRID)
     low = dev[grid < 1]  # 0.5 ... 0.999: deviation shrinks towards 1
