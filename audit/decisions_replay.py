@@ -188,7 +188,7 @@ def replay_event(event: dict, sampler: str | Callable, *, trials: int = 100_000,
     top = np.argsort(-(np.abs(freq - law)))[:8]
     result.update(tv=float(0.5 * np.abs(freq - law).sum()) if reached else None,
                   token=tok, token_expected=float(law[tok]) if tok is not None else None,
-                  token_observed=float(freq[tok]) if tok is not None else None,
+                  token_observed=float(freq[tok]) if tok is not None and reached else None,
                   largest_differences=[[int(v), float(freq[v]), float(law[v])] for v in top])
     return result
 
