@@ -225,6 +225,21 @@ def default_cases() -> list[AuditCase]:
             batch_size=1536,
         ),
         AuditCase(
+            name="v8-near-draft",
+            description="draft within ~1e-3 of the target (a quantised copy of the target as draft): "
+                        "rejections are rare, their residual nearly empty, and p(d) ~ q(d) at most drafts, "
+                        "where a verifier that rounds or renormalises the laws differently breaks the exact rules",
+            model=ToyLMConfig(vocab_size=8, seed=29, zipf_exponent=0.9, context_strength=2.0),
+            mismatch=0.0005,
+            row_classes=(
+                RowClass((1, 3), plain, plain),
+                RowClass((4, 2), _sp(temperature=0.9, top_p=0.9, repetition_penalty=1.2),
+                         _sp(temperature=0.9, top_p=0.9, repetition_penalty=1.2)),
+            ),
+            num_draft_tokens=3,
+            length=5,
+        ),
+        AuditCase(
             name="v4096-zipf",
             description="V=4096 Zipf head with top-p: first token exact, sequences two-sample "
                         "against naive sampling",

@@ -14,9 +14,11 @@ import numpy as np
 
 from specexact.exactness.budget import benjamini_hochberg
 
+from .decisions_checks import DECISION_CHECKS
+from .diagnosis import diagnose
 from .verify_case import VERIFY_CHECKS
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms", "add_diagnosis"]
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
@@ -27,7 +29,7 @@ SCHEMA_VERSION = "1.3"
 def _checks_of(config: dict) -> int:
     if config.get("kind") == "verify":
         return VERIFY_CHECKS
-    return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1])
+    return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1]) + DECISION_CHECKS
 
 
 def _finding_kind(case: dict, chk: dict) -> str:
@@ -189,4 +191,12 @@ def build_report(
     }
     if shards is not None:
         report["shards"] = shards
+    add_diagnosis(report)
+    return report
+
+
+def add_diagnosis(report: dict) -> dict:
+    """Add the report's ``diagnosis`` (since 1.3; :func:`~specexact.audit.diagnosis.diagnose`):
+    which part of the sampler the failing checks point at, one entry per part."""
+    report["diagnosis"] = diagnose(report)
     return report

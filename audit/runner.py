@@ -15,6 +15,12 @@ Per two-sample case (V too large to enumerate): the first token against its exac
 first-round acceptance count against ``sum_v min(target, draft)`` (exact binomial), the
 sequences against naive target-only sampling (chi-square homogeneity), and the same
 independence checks on the first token.
+
+Per case, every case: the per-event checks of
+:mod:`~specexact.audit.decisions_checks` (``acceptance_exact``, ``acceptance``,
+``recovered_support``, ``recovered_token_law``, ``bonus_token_law``, ``eos_cut``), from a
+:class:`~specexact.audit.decisions.DecisionObserver` that sees every round of every
+decoder call (:func:`decision_observer`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from specexact.decoders import (
     naive_generate,
     speculative_generate,
 )
-from specexact.decoders.adapters.protocol import is_logits_level, processing_of
+from specexact.decoders.adapters.protocol import is_logits_level, processing_of, scheme_of
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
 from specexact.exactness.exact_tests import binomial_check
@@ -43,11 +49,13 @@ from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .case_result import CaseResult, case_seed, defect_check
 from .cases import AuditCase
+from .decisions import DecisionObserver
+from .decisions_checks import DECISION_CHECKS, decision_checks
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .pairs import pair_checks
 from .verify_case import VERIFY_CHECKS, VerifyCase, run_verify_case
 
-__all__ = ["CaseResult", "run_case", "unsupported_reason", "restrict_to_sampler", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
+__all__ = ["CaseResult", "run_case", "decision_observer", "unsupported_reason", "restrict_to_sampler", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
 
 _VERIFY_LEVEL_REASON = ("a verify-level case calls the verifier with probabilities; a logits-level sampler "
                         "takes logits")
@@ -59,7 +67,7 @@ def checks_per_case(case: AuditCase) -> int:
     if _is_verify_case(case):
         return VERIFY_CHECKS
     per_class = 4 if case.exact else 5
-    return per_class * len(case.row_classes)
+    return per_class * len(case.row_classes) + DECISION_CHECKS
 
 
 def _is_verify_case(case) -> bool:
@@ -138,16 +146,19 @@ def run_case(
     prompts, t_params, d_params = case.batch(device)
     C = len(case.row_classes)
     L = case.length
+    observer = decision_observer(case, prompts, verifier, result.seed)
 
     tokens, first_round, naive_tokens = [], [], []
     b = 0
     while True:
         try:
+            observer.start_call()
             out = speculative_generate(
                 target, draft, prompts, t_params, d_params,
                 num_draft_tokens=case.num_draft_tokens, max_new_tokens=L,
-                generator=gen, eos_token_id=case.eos_token_id, verifier=verifier,
+                generator=gen, eos_token_id=case.eos_token_id, verifier=verifier, observer=observer,
             )
+            observer.finish_call(out)
         except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
             kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
             msg = f"{kind} in decoder call {b}: {type(exc).__name__}: {exc}"
@@ -179,8 +190,21 @@ def run_case(
                 _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate, min_expected,
                               processing)
             )
+        result.checks.extend(decision_checks(observer.summary(), alpha=false_fail_rate, min_expected=min_expected))
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+def decision_observer(case: AuditCase, prompts: torch.Tensor, verifier, seed: int) -> DecisionObserver:
+    """The per-event observer of one run of ``case`` (:mod:`~specexact.audit.decisions`):
+    rows are of class ``row % C``; its own generator is seeded from the case seed, apart
+    from the sampler's."""
+    C = len(case.row_classes)
+    return DecisionObserver(
+        batch_size=case.batch_size, num_draft_tokens=case.num_draft_tokens, max_new_tokens=case.length,
+        row_class=torch.arange(case.batch_size) % C, num_classes=C, prompts=prompts,
+        eos_token_id=case.eos_token_id, scheme=scheme_of(verifier), seed=seed ^ 0xDEC15,
+    )
 
 
 def unsupported_reason(case: AuditCase, verifier) -> str | None:

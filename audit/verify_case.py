@@ -40,7 +40,12 @@ the TV of the *binned* law):
   ``max(p_0 - q_0, 0) / sum`` (a sharper diagnosis of residual bugs: only those rows);
 - ``bonus_token_law``: the bonus token of rows that accept all ``K`` drafts vs ``p_K``;
 - ``independent_rows`` / ``independent_calls``: first-token agreement of two rows of one
-  call / one row in two calls vs control pairs (:func:`~specexact.audit.pairs.pair_checks`).
+  call / one row in two calls vs control pairs (:func:`~specexact.audit.pairs.pair_checks`);
+- ``acceptance_exact``, ``acceptance``, ``recovered_support``: every decision of every row
+  at every position judged on its own (:mod:`~specexact.audit.decisions_checks`; the
+  observer gets each call as one round of a :class:`~specexact.decoders.RoundRecord`;
+  there is no EOS or ``max_new_tokens`` cut at this level, and the recovered and bonus
+  laws are tested on counts above).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from specexact.decoders import (
     SamplingParams,
     ToyLM,
     ToyLMConfig,
+    RoundRecord,
     VerifierProtocolError,
     batch_params,
     check_verifier_output,
@@ -66,12 +72,15 @@ from specexact.decoders import (
 
 from .case_result import CaseResult, case_seed, defect_check
 from .cases import RowClass
+from .decisions import DecisionObserver, SlotPlan
+from .decisions_checks import VERIFY_DECISION_CHECKS, decision_checks
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .pairs import pair_checks
 
-__all__ = ["VerifyCase", "VerifyLaws", "VERIFY_CHECKS", "verify_cases", "run_verify_case", "verify_call"]
+__all__ = ["VerifyCase", "VerifyLaws", "VERIFY_CHECKS", "verify_cases", "run_verify_case", "verify_call",
+           "verify_observer"]
 
-VERIFY_CHECKS = 6
+VERIFY_CHECKS = 6 + VERIFY_DECISION_CHECKS
 """Checks a :class:`VerifyCase` runs (see the module docstring)."""
 
 
@@ -234,8 +243,12 @@ def draw_drafts(laws: VerifyLaws, batch_size: int, generator: torch.Generator) -
     return ids.T.contiguous()
 
 
-def verify_call(case: VerifyCase, laws: VerifyLaws, verifier: Callable, generator: torch.Generator):
+def verify_call(case: VerifyCase, laws: VerifyLaws, verifier: Callable, generator: torch.Generator,
+                observer: Callable | None = None):
     """One verifier call: ``(drafts [B, K], output [B, K+1], emitted counts [B])``.
+
+    ``observer``, if given, gets the call as one :class:`~specexact.decoders.RoundRecord`
+    (every row active, nothing generated before, no cut).
 
     Raises what the verifier raises, or :class:`VerifierProtocolError` on a bad output.
     """
@@ -246,7 +259,26 @@ def verify_call(case: VerifyCase, laws: VerifyLaws, verifier: Callable, generato
     target_probs = laws.target32[None].expand(B, K + 1, V)
     out = verifier(ids, draft_probs, target_probs, generator)
     num = check_verifier_output(out, ids, V)
-    return ids, out.long(), num
+    out = out.long()
+    if observer is not None:
+        rows = torch.arange(B, device=ids.device)
+        observer(RoundRecord(round_index=0, rows=rows, num_generated=torch.zeros_like(rows), draft_token_ids=ids,
+                             draft_probs=draft_probs, target_probs=target_probs, output=out.to(ids.device),
+                             num_emitted=num, num_kept=num))
+    return ids, out, num
+
+
+def verify_observer(case: VerifyCase, verifier, seed: int) -> DecisionObserver:
+    """The per-event observer of a verify-level case: one class, one round per call,
+    ``K`` decision slots per row, no token-law PITs (tested on counts) and no cut."""
+    from specexact.decoders.adapters.protocol import scheme_of
+
+    B, K = case.batch_size, case.num_draft_tokens
+    return DecisionObserver(
+        batch_size=B, num_draft_tokens=K, max_new_tokens=K + 1, row_class=torch.zeros(B, dtype=torch.int64),
+        num_classes=1, prompts=torch.tensor([case.prompt], dtype=torch.int64).expand(B, -1),
+        eos_token_id=None, scheme=scheme_of(verifier), seed=seed ^ 0xDEC15,
+        slots=SlotPlan(decisions=K, recovered=1, bonus=1), token_laws=False, check_cut=False)
 
 
 def run_verify_case(
@@ -279,10 +311,13 @@ def run_verify_case(
     bonus = torch.zeros(V, dtype=torch.int64)
     accepted = torch.zeros(K + 1, dtype=torch.int64)
     codes: list[torch.Tensor] = []
+    observer = verify_observer(case, verifier, result.seed)
     b = 0
     while True:
         try:
-            _, out, num = verify_call(case, laws, verifier, gen)
+            observer.start_call()
+            _, out, num = verify_call(case, laws, verifier, gen, observer)
+            observer.finish_call(None)
         except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
             kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
             msg = f"{kind} in verifier call {b}: {type(exc).__name__}: {exc}"
@@ -338,6 +373,7 @@ def run_verify_case(
         for i, chk in enumerate(checks):
             if chk.name.endswith("[first token]"):
                 checks[i] = replace(chk, name=chk.name.split("[")[0])
+        checks.extend(decision_checks(observer.summary(), alpha=alpha, min_expected=min_expected, level="verify"))
     result.wall_time_s = time.perf_counter() - start
     return result
 

@@ -94,6 +94,22 @@ def under_accept(ids, draft_probs, target_probs, generator=None):
     return _chain(ids, draft_probs, target_probs, generator, accept_scale=0.97)
 
 
+def under_accept_1pct(ids, draft_probs, target_probs, generator=None):
+    """Accept with 0.99 * min(1, target/draft): acceptance scaled by 0.99, residual unchanged
+    (too small for the accepted-length law; the per-decision checks see it)."""
+    return _chain(ids, draft_probs, target_probs, generator, accept_scale=0.99)
+
+
+def draft_law_bfloat16(ids, draft_probs, target_probs, generator=None):
+    """The ratio and the residual use a bfloat16-rounded, renormalised copy of draft_probs,
+    while the drafts were sampled from the float32 law: the draft law is perturbed at the
+    1e-3 level (bfloat16 keeps 8 significant bits). Now and then a recovered token falls
+    where max(p - q, 0) is 0, or a draft with p >= q is rejected."""
+    q = draft_probs.to(torch.bfloat16).to(draft_probs.dtype)
+    q = q / q.sum(-1, keepdim=True)
+    return _chain(ids, q, target_probs, generator)
+
+
 def bonus_from_last_draft_position(ids, draft_probs, target_probs, generator=None):
     """On full acceptance, sample the bonus from target_probs[:, K-1] (off by one)."""
     K = ids.shape[1]
@@ -216,7 +232,7 @@ WRONG = {
     f.__name__: f
     for f in (
         resample_from_target, residual_absolute, inverted_ratio, always_accept, shifted_alignment,
-        under_accept, bonus_from_last_draft_position, residual_from_first_position, first_row_target,
+        under_accept, under_accept_1pct, draft_law_bfloat16, bonus_from_last_draft_position, residual_from_first_position, first_row_target,
         shared_uniforms_across_rows, reseeded_each_call, one_uniform_per_row, half_precision_sampling,
     )
 }

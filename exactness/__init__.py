@@ -23,6 +23,9 @@ independence
     Pair-agreement test for shared randomness.
 sequential
     Anytime-valid e-process (:class:`SequentialGOF`).
+pit
+    Randomised PITs of single events (decisions, tokens) and the slot-count uniformity
+    check the per-event audit checks use.
 """
 
 from .budget import FalseFailBudget, benjamini_hochberg, holm

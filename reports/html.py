@@ -62,6 +62,8 @@ _TEMPLATE = r"""<!DOCTYPE html>
   details summary { cursor: pointer; color: var(--muted); }
   .kv td:first-child { color: var(--muted); width: 240px; white-space: nowrap; }
   .note { background: #fff8e1; border: 1px solid #f3d37a; border-radius: 6px; padding: 6px 10px; }
+  td.sym { font-size: 16px; width: 24px; text-align: center; } td.sym.pass { color: var(--pass); }
+  td.sym.fail { color: var(--fail); } td.sym.not_tested { color: var(--muted); }
   footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
 </style>
 </head>
@@ -74,6 +76,15 @@ _TEMPLATE = r"""<!DOCTYPE html>
   started {{ r.started_at }} UTC · {{ "%.1f"|format(r.wall_time_s) }} s ·
   {{ "{:,}".format(r.num_sequences) }} sequences{% if shard %} · <b>shard {{ shard.index }}/{{ shard.count }}</b>{% endif %}</p>
 
+{% if diagnosis %}
+<h2>Diagnosis: {{ r.diagnosis.summary }}</h2>
+<table class="diagnosis">
+{% for d in diagnosis %}<tr class="{{ 'fail' if d.status == 'fail' }}"><td class="sym {{ d.status }}">{{ d.symbol }}</td>
+<td class="nowrap"><b>{{ d.label }}</b></td><td>{{ d.text }}{% if d.replay %}
+<details><summary>replay the strongest event</summary><pre>{{ d.replay }}</pre></details>{% endif %}</td></tr>{% endfor %}
+</table>
+{% for note in r.diagnosis.notes or [] %}<p class="note">hint: {{ note }}</p>{% endfor %}
+{% endif %}
 <div class="cards">
   <div class="card"><div class="v">{{ n_checks - n_failed }} / {{ n_checks }}</div><div class="k">checks passed</div></div>
   <div class="card"><div class="v">{{ r.findings|length }}</div><div class="k">findings</div></div>
@@ -322,4 +333,12 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         median_tv=_median_tv(tvs), mode_value=mode_value, mode_label=mode_label,
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
         planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
+        diagnosis=_diagnosis_rows(report),
     )
+
+
+def _diagnosis_rows(report: dict) -> list[dict]:
+    """The diagnosis (report 1.3+) as rows for the page, first on it."""
+    from .diagnosis_text import diagnosis_rows
+
+    return diagnosis_rows(report["diagnosis"]) if report.get("diagnosis") else []

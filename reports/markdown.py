@@ -64,6 +64,28 @@ def _planned_label(report: dict) -> str:
     return "planned" if (report.get("settings") or {}).get("num_batches") is not None else "≈ planned at its start"
 
 
+def _diagnosis_section(report: dict) -> list[str]:
+    """The diagnosis (report 1.3+), first in the report: one line per part, ✔ / ✗ / not tested."""
+    diag = report.get("diagnosis")
+    if not diag:
+        return []
+    from .diagnosis_text import diagnosis_rows
+
+    rows = diagnosis_rows(diag)
+    lines = [f"## Diagnosis: {_cell(diag.get('summary', ''))}", ""]
+    for row in rows:
+        lines.append(f"- {row['symbol']} **{_cell(row['label'])}** — {_cell(row['text'])}")
+    for note in diag.get("notes") or []:
+        lines.append(f"- hint: {_cell(note)}")
+    replays = [(row["label"], row["replay"]) for row in rows if row["replay"]]
+    if replays:
+        lines += ["", "Replay of the strongest event (rebuilds its laws and calls the sampler on them):", ""]
+        for label, code in replays[:3]:
+            lines += [f"{_cell(label)}:", "", "```python", *str(code).replace("```", "` ` `").splitlines(), "```", ""]
+    lines.append("")
+    return lines
+
+
 def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
     """Render an audit report (the dict of :func:`specexact.audit.run_audit`) as Markdown.
 
@@ -78,6 +100,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         f"# specexact audit: {_cell(report['sampler']['name'])} — **{report['verdict'].upper()}**"
         + (f" (shard {shard['index']}/{shard['count']})" if shard else ""),
         "",
+        *_diagnosis_section(report),
         f"- sampler: {_code(report['sampler']['target'])}",
         f"- started: {report['started_at']}, wall time {report['wall_time_s']:.1f} s, "
         f"{report['num_sequences']:,} sequences",

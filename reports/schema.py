@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.2`` -> ``1.3``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.3`` -> ``1.4``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -79,8 +79,40 @@ REPORT_SCHEMA: dict[str, Any] = {
         "accepted_length": {"type": "array", "items": {"$ref": "#/$defs/accepted_length"}},
         "shards": {"type": "array", "items": {"$ref": "#/$defs/shard_summary"}},
         "journal": {"type": "string"},
+        "diagnosis": {"$ref": "#/$defs/diagnosis"},
     },
     "$defs": {
+        "diagnosis": {
+            "description": "Since 1.3: which part of the sampler the failing checks point at (audit/diagnosis.py).",
+            "type": "object",
+            "required": ["summary", "culprits", "parts", "notes"],
+            "properties": {
+                "summary": {"type": "string"},
+                "culprits": {"type": "array", "items": {"$ref": "#/$defs/part_key"}},
+                "parts": {"type": "array", "items": {"$ref": "#/$defs/diagnosis_part"}},
+                "notes": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "part_key": {"enum": ["acceptance_rule", "recovered_token", "bonus_token", "position_alignment",
+                              "per_prefix_processing", "independence", "reproducibility", "eos_cut", "protocol",
+                              "emitted_law"]},
+        "diagnosis_part": {
+            "type": "object",
+            "required": ["part", "label", "status", "checks_run", "failed", "evidence", "explained_by", "heuristic",
+                         "event", "replay"],
+            "properties": {
+                "part": {"$ref": "#/$defs/part_key"},
+                "label": {"type": "string"},
+                "status": {"enum": ["pass", "fail", "not_tested"]},
+                "checks_run": {"type": "integer", "minimum": 0},
+                "failed": {"type": "array", "items": {"type": "string"}},
+                "evidence": _NULLABLE_STRING,
+                "explained_by": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/part_key"}]},
+                "heuristic": {"type": "boolean"},
+                "event": {"type": ["object", "null"]},
+                "replay": _NULLABLE_STRING,
+            },
+        },
         "real": {
             "description": "A float; non-finite values are the strings inf, -inf, nan (strict JSON).",
             "anyOf": [{"type": "number"}, {"enum": ["inf", "-inf", "nan"]}],

@@ -21,7 +21,7 @@ ALPHA = 1e-8
 
 def test_planned_tvs_shrink_with_the_budget_and_the_plan_fits():
     cases = quick_cases()
-    costs = [0.05, 0.08, 0.07, 0.06, 0.03][: len(cases)]
+    costs = [0.05, 0.08, 0.07, 0.06, 0.03, 0.04][: len(cases)]
     assert len(costs) == len(cases)
     last = [math.inf] * len(cases)
     for budget in (2.0, 5.0, 20.0, 80.0):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specexact.audit import SamplerError, resolve_sampler
+from specexact.audit.decisions_checks import DECISION_CHECKS
 from specexact.cli import main
 
 QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet"]
@@ -26,7 +27,8 @@ def test_builtin_audit_passes_and_writes_reports(tmp_path, alpha, capsys):
     assert len(reports) == 1 and reports[0].with_suffix(".md").exists()
     data = json.loads(reports[0].read_text())
     assert data["verdict"] == "pass" and data["schema"] == "specexact.audit/1"
-    assert len(data["checks"]) == 8 and all(c["case"] == "v8-plain" for c in data["checks"])
+    # 2 classes x 4 checks and the 6 per-event checks, at alpha * 8 / 14 each (8 declared)
+    assert len(data["checks"]) == 8 + DECISION_CHECKS and all(c["case"] == "v8-plain" for c in data["checks"])
     for chk in data["checks"]:
         assert {"pvalue", "n", "false_fail_rate", "detectable_tv", "method"} <= set(chk)
     assert json.loads((tmp_path / "x.json").read_text())["verdict"] == "pass"

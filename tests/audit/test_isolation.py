@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specexact.audit import quick_cases, run_audit
+from specexact.audit.decisions_checks import DECISION_CHECKS
 from specexact.audit.isolation import run_case_isolated
 from specexact.cli import main
 from specexact.reports import validate_report
@@ -65,8 +66,8 @@ def test_abort_is_a_finding_and_the_next_case_still_runs(faulty):
     v8, v12 = report["cases"]
     assert v8["verdict"] == "fail" and "SIGABRT" in v8["defect"]
     assert [f["kind"] for f in report["findings"] if f["case"] == "v8-plain"] == ["crash"]
-    # the audit went on: v12-eos-cut ran its 8 checks on 2 calls in its own process
-    assert v12["defect"] is None and len(v12["checks"]) == 8 and v12["num_batches"] == 2
+    # the audit went on: v12-eos-cut ran its 8 + 6 checks on 2 calls in its own process
+    assert v12["defect"] is None and len(v12["checks"]) == 8 + DECISION_CHECKS and v12["num_batches"] == 2
 
 
 def test_isolated_case_gives_the_same_result_as_in_process(faulty):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specexact.audit import default_cases
+from specexact.audit.decisions_checks import DECISION_CHECKS
 from specexact.audit.shard import ShardError, merge_reports, parse_shard, shard_cases
 from specexact.cli import main
 from specexact.reports import validate_report
@@ -48,7 +49,8 @@ def test_two_shards_merge_to_the_unsharded_run(tmp_path):
         sorted(["v8-plain", "v12-eos-cut", "v4-greedy-mix"])
     for s in (s1, s2):
         assert s["settings"]["per_check_false_fail_rate"] == whole["settings"]["per_check_false_fail_rate"]
-        assert s["settings"]["num_checks"] == whole["settings"]["num_checks"] == 28
+        # v8-plain 2 classes x 4, v12-eos-cut 2 x 4, v4-greedy-mix 3 x 4, and 6 per-event checks each
+        assert s["settings"]["num_checks"] == whole["settings"]["num_checks"] == 28 + 3 * DECISION_CHECKS
     merged_dir = tmp_path / "merged"
     code = main(["merge", str(p2), str(p1), "--report-dir", str(merged_dir), "--quiet", "--no-html"])
     merged = json.loads(next(merged_dir.glob("audit-*.json")).read_text())

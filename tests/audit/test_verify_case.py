@@ -22,7 +22,8 @@ from specexact.reports import validate_report
 CASE = next(c for c in verify_cases() if c.name == "v32000-verify")
 SMALL = replace(CASE, batch_size=1024)  # for the zoo's verifiers, which build [B, V] float64 temporaries
 NAMES = ["first_token_law", "accepted_length", "recovered_token_law", "bonus_token_law", "independent_rows",
-         "independent_calls"]
+         "independent_calls", "acceptance_exact", "acceptance", "recovered_support"]
+V8_CHECKS = checks_per_case(next(c for c in all_cases(quick=True) if c.name == "v8-plain"))
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +141,7 @@ def test_isolated_run_equals_in_process():
         [(c.name, c.n, c.statistic, c.pvalue) for c in here.checks]
 
 
-@pytest.mark.statistical(checks=8 + VERIFY_CHECKS)  # the sharded CLI audit below must pass
+@pytest.mark.statistical(checks=V8_CHECKS + VERIFY_CHECKS)  # the sharded CLI audit below must pass
 def test_journal_resume_shard_and_merge(tmp_path, alpha):
     cases = [SMALL]
     first = run_audit(verify, cases=cases, num_batches=2, budget_s=None, journal_dir=tmp_path)
@@ -156,14 +157,14 @@ def test_journal_resume_shard_and_merge(tmp_path, alpha):
     for i in (1, 2):
         out = tmp_path / f"s{i}"
         code = main(["audit", "--quick", "--case", CASE.name, "--case", "v8-plain", "--batches", "2", "--shard",
-                     f"{i}/2", "--false-fail-rate", repr(alpha * (8 + VERIFY_CHECKS)), "--quiet", "--no-html", "--no-journal", "--report-dir", str(out)])
+                     f"{i}/2", "--false-fail-rate", repr(alpha * (V8_CHECKS + VERIFY_CHECKS)), "--quiet", "--no-html", "--no-journal", "--report-dir", str(out)])
         assert code == 0
         paths.append(next(out.glob("audit-*.json")))
     assert main(["merge", *map(str, paths), "--report-dir", str(tmp_path / "m"), "--quiet", "--no-html"]) == 0
     merged = json.loads(next((tmp_path / "m").glob("audit-*.json")).read_text())
     validate_report(merged)
     assert [c["name"] for c in merged["cases"]] == ["v8-plain", CASE.name]
-    assert merged["settings"]["num_checks"] == 8 + VERIFY_CHECKS
+    assert merged["settings"]["num_checks"] == V8_CHECKS + VERIFY_CHECKS
     assert {c["name"] for c in merged["checks"] if c["case"] == CASE.name} == set(NAMES)
 
 

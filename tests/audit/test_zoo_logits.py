@@ -46,6 +46,8 @@ def test_planted_processing_bug_is_caught(name, alpha):
     assert report["verdict"] == "fail"
     assert any(f["check"].startswith(("sequence_law", "accepted_length", "first_token_law", "sequences_vs_naive"))
                for f in report["findings"])
+    # the diagnosis (heuristic at the logits level) names the processing, not the verifier's rule
+    assert report["diagnosis"]["culprits"] == ["per_prefix_processing"], report["diagnosis"]["summary"]
 
 
 @pytest.mark.statistical(checks=0)  # planted bug: only a false pass is at stake

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from specexact.audit import SCHEMA, SCHEMA_VERSION
+from specexact.audit.decisions_checks import DECISION_CHECKS
 from specexact.reports import REPORT_SCHEMA, SchemaError, validate_report
 from specexact.reports.schema import iter_errors, schema_json
 
@@ -36,7 +37,7 @@ def test_passing_and_failing_reports_match_the_schema(passing_report, failing_re
     assert passing_report["settings"]["seed"] == 0 and passing_report["settings"]["num_batches"] == 2
     assert passing_report["cases"][0]["seed"] > 0
     # every check's full result object is there
-    assert len(passing_report["checks"]) == 8
+    assert len(passing_report["checks"]) == 8 + DECISION_CHECKS  # 2 classes x 4, then the per-event checks
     for chk in passing_report["checks"]:
         assert {"statistic", "pvalue", "dof", "n", "false_fail_rate", "detectable_tv", "worst", "details"} <= set(chk)
     # findings carry a reproduction
