@@ -326,9 +326,19 @@ class _Pilot:
         (target, draft), (prompts, t_params, d_params) = prepared
         if rows is not None:
             prompts, t_params, d_params = prompts[:rows], t_params[:rows], d_params[:rows]
-        speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
-                             max_new_tokens=case.length, generator=torch.Generator(device=self.dev).manual_seed(0),
-                             eos_token_id=case.eos_token_id, verifier=v)
+        # A full call is timed with the per-event observer the case runs with, so the plan
+        # includes its cost (a sliced warm-up call runs without it).
+        observer = None
+        if rows is None:
+            from .runner import decision_observer
+
+            observer = decision_observer(case, prompts, v, 0)
+            observer.start_call()
+        out = speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
+                                   max_new_tokens=case.length, generator=torch.Generator(device=self.dev).manual_seed(0),
+                                   eos_token_id=case.eos_token_id, verifier=v, observer=observer)
+        if observer is not None:
+            observer.finish_call(out)
 
     def warm_up(self) -> None:
         """An untimed small call: the first call of a process (or of a new thread count)

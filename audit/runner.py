@@ -48,6 +48,7 @@ from specexact.exactness.results import CheckResult
 from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .case_result import CaseResult, case_seed, defect_check
+from .errors import AuditInternalError
 from .cases import AuditCase
 from .decisions import DecisionObserver
 from .decisions_checks import DECISION_CHECKS, decision_checks
@@ -146,7 +147,7 @@ def run_case(
     prompts, t_params, d_params = case.batch(device)
     C = len(case.row_classes)
     L = case.length
-    observer = decision_observer(case, prompts, verifier, result.seed)
+    observer = _Guarded(decision_observer(case, prompts, verifier, result.seed))
 
     tokens, first_round, naive_tokens = [], [], []
     b = 0
@@ -159,6 +160,8 @@ def run_case(
                 generator=gen, eos_token_id=case.eos_token_id, verifier=verifier, observer=observer,
             )
             observer.finish_call(out)
+        except AuditInternalError:
+            raise  # the audit's own failure, not the sampler's
         except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
             kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
             msg = f"{kind} in decoder call {b}: {type(exc).__name__}: {exc}"
@@ -193,6 +196,33 @@ def run_case(
         result.checks.extend(decision_checks(observer.summary(), alpha=false_fail_rate, min_expected=min_expected))
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+class _Guarded:
+    """The observer, with its own failures raised as :class:`AuditInternalError` (the
+    decoder calls it between the sampler's calls, inside the runner's ``except`` for the
+    sampler's crashes)."""
+
+    def __init__(self, observer: DecisionObserver) -> None:
+        self.observer = observer
+
+    def _run(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - any failure here is the audit's own
+            raise AuditInternalError(f"the per-event observer failed: {type(exc).__name__}: {exc}") from exc
+
+    def __call__(self, rec) -> None:
+        self._run(self.observer, rec)
+
+    def start_call(self) -> None:
+        self._run(self.observer.start_call)
+
+    def finish_call(self, output=None) -> None:
+        self._run(self.observer.finish_call, output)
+
+    def summary(self) -> dict:
+        return self._run(self.observer.summary)
 
 
 def decision_observer(case: AuditCase, prompts: torch.Tensor, verifier, seed: int) -> DecisionObserver:

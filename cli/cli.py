@@ -20,8 +20,10 @@ The parser is :func:`build_parser`; each sub-command's function is in :data:`COM
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+import traceback
 
 from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
                          CliError, os_error_line)
@@ -167,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         return _error(f"interrupted ({args.command}); nothing was written")
     except OSError as exc:  # an I/O or environment failure a command did not expect
         return _error(os_error_line(exc))
+    except Exception as exc:  # noqa: BLE001 - the tool's own failure: never exit 1, the sampler's status
+        if os.environ.get("SPECEXACT_DEBUG"):
+            traceback.print_exc()
+        return _error(f"internal error of specexact ({args.command}), not a finding: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else ''} (SPECEXACT_DEBUG=1 prints the traceback)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,6 +5,8 @@ import json
 import pytest
 import torch
 
+from specexact.audit.catalog import find_case
+from specexact.audit.runner import checks_per_case
 from specexact.cli import QUICK_BUDGET_S, main
 
 
@@ -15,10 +17,13 @@ def restore_threads():
     torch.set_num_threads(before)
 
 
-@pytest.mark.statistical(checks=8)
+V8_CHECKS = checks_per_case(find_case("v8-plain", quick=True))
+
+
+@pytest.mark.statistical(checks=V8_CHECKS)
 def test_quick_runs_in_its_own_small_budget_and_says_how_it_plans(tmp_path, capsys, alpha):
     code = main(["audit", "--quick", "--case", "v8-plain", "--report-dir", str(tmp_path), "--no-html",
-                 "--false-fail-rate", str(alpha * 8)])
+                 "--false-fail-rate", str(alpha * V8_CHECKS)])
     assert code == 0
     report = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
     assert report["settings"]["budget_s"] == QUICK_BUDGET_S and report["settings"]["case_set"] == "quick"
@@ -37,7 +42,7 @@ def test_list_cases_describes_each_case_by_what_it_runs(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(":")[0].split(" ")[0] for ln in lines] == [c.name for c in [*default_cases(), *opt_in_cases()]]
     v8 = next(ln for ln in lines if ln.startswith("v8-plain:"))
-    assert "[V=8, γ=" in v8 and "exact sequence law; 8 checks]" in v8
+    assert "[V=8, γ=" in v8 and f"exact sequence law; {V8_CHECKS} checks]" in v8
     zipf = next(ln for ln in lines if ln.startswith("v4096-zipf:"))
     assert "two-sample against naive sampling" in zipf
     verify_level = next(ln for ln in lines if ln.startswith("v32000-verify"))

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from specexact.audit.catalog import find_case
+from specexact.audit.runner import checks_per_case
 from specexact.cli import main
 
 AUDIT_TESTS = Path(__file__).parents[1] / "audit"
 ONE_CASE = ["--quick", "--case", "v8-plain", "--batches", "2", "--quiet", "--no-html", "--threads", "1"]
-V8_CHECKS = 8  # 2 row classes x 4 checks
+V8_CHECKS = checks_per_case(find_case("v8-plain", quick=True))
 
 
 @pytest.fixture(autouse=True)
@@ -266,3 +268,21 @@ def test_merge_and_render_outputs_that_cannot_be_written_exit_2(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count(str(tmp_path / "file")) >= 3 and "Traceback" not in err
     assert main(["merge", str(shard), "--report-dir", str(tmp_path / "m"), "--quiet", "--no-html"]) in (0, 1)
+
+
+def test_a_failure_of_the_audits_own_observer_is_not_the_samplers_crash(monkeypatch, tmp_path, capsys):
+    """The per-event observer runs inside the decoder, between the sampler's calls: when it
+    fails, the audit must say that it failed itself (exit 2), not record a crash of the
+    sampler (exit 1)."""
+    from specexact.audit import decisions
+
+    def broken(self, rec):
+        raise ZeroDivisionError("planted in the observer")
+
+    monkeypatch.setattr(decisions.DecisionObserver, "__call__", broken)
+    code = main(["audit", *ONE_CASE, "--report-dir", str(tmp_path / "r"), "--no-journal"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "internal error of specexact" in err and "per-event observer failed" in err
+    assert "planted in the observer" in err
+    assert not list(tmp_path.glob("r/*.json"))  # no report claims a verdict on the sampler
