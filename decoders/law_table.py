@@ -3,28 +3,28 @@
 In an audit batch many rows share their law: every row of a class starts from the same
 prompt, so the first draft and target laws of a round are the same for all of them, and a
 Zipf-like head makes later drafts collide often (V=32000, 2048 rows: about half the laws
-of one audit call are repeats). A row's processed law is a function of its model state,
-its sampling parameters and its penalty history, so :func:`model_laws` computes the
-logits and the law of each distinct ``(state, parameters, history)`` once and keeps an
-index from rows to them (:class:`LawTable`).
+of one audit call are repeats). A row's processed law is a function of its logits, its
+sampling parameters and its penalty history, so :func:`model_laws` runs the model on
+every row as before, then processes each distinct ``(logits, parameters, history)`` once
+and keeps an index from rows to them (:class:`LawTable`).
 
-Bit for bit: what a row gets from the table equals what the reference (the model and
-:func:`~specexact.decoders.process_logits` run on every row) gives it, because
+Bit for bit: what a row gets from the table equals what the reference (the logits
+pipeline run on every row) gives it, because
 
-- the state of every row is computed as before, on the whole batch;
-- :meth:`ToyLM.project <specexact.decoders.ToyLM.project>` and the logits pipeline are
-  row-wise: a row's result does not depend on the other rows, provided at least
-  :data:`MIN_ROWS` rows are computed together (fewer rows may take other BLAS kernels, and
-  one row of more than 32768 entries another reduction split); the table is padded to
+- the logits are the model's, computed on the whole batch as by the reference; rows are
+  grouped by the bits of a few logits, their parameters and history, and a row shares its
+  group's law only if all its logits equal the representative's, bit for bit (checked);
+- the logits pipeline is row-wise: a row's result does not depend on the other rows,
+  provided at least :data:`MIN_ROWS` rows are processed together (a reduction over a
+  single row longer than 32768 entries is split across threads); the table is padded to
   :data:`MIN_ROWS` rows, and batches of fewer rows take the reference;
 - the pipeline's batch-wide decisions (the float32 overflow guard, which steps run at all)
   depend on the set of distinct rows only, which the table keeps;
 - :meth:`LawTable.sample` draws one uniform per row, in row order, and searches the row's
   law as :func:`~specexact.decoders.sample_from_probs` does.
 
-``tests/decoders/test_law_table.py`` compares the two on seeded and Hypothesis inputs.
-Models without :meth:`prefix_states` / :meth:`project` (any callable
-``model(input_ids, positions) -> logits``) are run on every row, as by the reference.
+``tests/decoders/test_law_table.py`` compares the two decoders on seeded and Hypothesis
+inputs. Any model callable ``model(input_ids, positions) -> logits`` works.
 """
 
 from __future__ import annotations
@@ -35,16 +35,18 @@ from typing import Callable
 import torch
 
 from .params import BatchedParams
-from .sampling import sample_from_probs, sample_from_table
+from .sampling import chunk_rows, sample_from_probs, sample_from_table
 
 __all__ = ["LawTable", "MIN_ROWS", "distinct_rows", "model_laws", "params_key"]
 
 MIN_ROWS = 8
-"""Fewest rows the table computes at once (padded with repeats), and fewest rows a batch
-needs for the table to be used at all. With MKL, ``[M, 16] @ [16, V]`` rounds the same for
-every ``M >= 2`` in float32 and ``M >= 4`` in float64 (``tests/decoders/test_law_table.py``
-checks it), and a reduction over a single row longer than 32768 entries is split across
-threads; 8 rows are clear of both."""
+"""Fewest rows processed at once (the table is padded with repeats), and fewest rows a
+batch needs for the table to be used at all: a reduction over one row of more than 32768
+entries is split across threads, so one row alone may round differently from the same row
+in a batch."""
+
+PROBE_COLUMNS = 32
+"""Logits per row whose bits group rows (then every logit of a grouped row is compared)."""
 
 Process = Callable[..., torch.Tensor]
 
@@ -102,7 +104,7 @@ class LawTable:
         Shape ``[U, V]``: the processed laws of the representative rows (None when only
         logits were asked for).
     logits : torch.Tensor or None
-        Shape ``[U, V]``: their raw logits (kept when asked for).
+        Shape ``[N, V]``: every row's raw logits (kept when asked for).
     inverse : torch.LongTensor or None
         Shape ``[N]``: row ``n``'s law is ``probs[inverse[n]]``; None: row ``n`` is
         ``probs[n]`` (no sharing, ``U == N``).
@@ -115,8 +117,9 @@ class LawTable:
     @property
     def num_rows(self) -> int:
         """N."""
-        t = self.probs if self.probs is not None else self.logits
-        return t.shape[0] if self.inverse is None else self.inverse.shape[0]
+        if self.inverse is not None:
+            return self.inverse.shape[0]
+        return (self.probs if self.probs is not None else self.logits).shape[0]
 
     def rows(self) -> torch.Tensor:
         """Every row's law. Shape: ``[N, V]`` (a fresh tensor when rows share laws)."""
@@ -124,7 +127,7 @@ class LawTable:
 
     def logits_rows(self) -> torch.Tensor:
         """Every row's raw logits. Shape: ``[N, V]``."""
-        return self.logits if self.inverse is None else self.logits.index_select(0, self.inverse)
+        return self.logits
 
     def sample(self, generator: torch.Generator | None) -> torch.Tensor:
         """One token per row: what ``sample_from_probs(self.rows(), generator)`` returns,
@@ -132,6 +135,33 @@ class LawTable:
         if self.inverse is None:
             return sample_from_probs(self.probs, generator)
         return sample_from_table(self.probs, self.inverse, generator)
+
+
+def _confirm(logits: torch.Tensor, rep: torch.Tensor, inverse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split off the rows whose logits differ from their representative's in any bit.
+
+    Shape: ``logits [N, V]``, ``rep [U]``, ``inverse [N]`` -> ``(rep [U'], inverse [N])``;
+    a row that differs becomes its own representative.
+    """
+    N = logits.shape[0]
+    rows = torch.arange(N, device=logits.device)
+    others = (rep[inverse] != rows).nonzero().squeeze(1)  # rows that share another row's law
+    if others.numel() == 0:
+        return rep, inverse
+    bits = logits
+    if logits.is_floating_point():  # compare bit patterns: a view, no copy
+        bits = logits.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[logits.element_size()])
+    differs = torch.empty(others.numel(), dtype=torch.bool, device=logits.device)
+    step = max(1, chunk_rows(logits.shape[1]))
+    for s in range(0, others.numel(), step):
+        o = others[s:s + step]
+        differs[s:s + step] = (bits.index_select(0, o) != bits.index_select(0, rep[inverse[o]])).any(-1)
+    if bool(differs.any()):
+        split = others[differs]
+        inverse = inverse.clone()
+        inverse[split] = rep.numel() + torch.arange(split.numel(), device=logits.device)
+        rep = torch.cat([rep, split])
+    return rep, inverse
 
 
 def model_laws(
@@ -154,10 +184,7 @@ def model_laws(
     Parameters
     ----------
     model : callable
-        ``model(input_ids, positions) -> logits [B, n, V]``. With methods
-        ``prefix_states`` and ``project`` (as :class:`~specexact.decoders.ToyLM`) and
-        ``share=True``, rows of equal state, parameters, history and ``extra`` share one
-        law; otherwise every row is computed (the reference).
+        ``model(input_ids, positions) -> logits [B, n, V]``, called once on every row.
     input_ids, positions : torch.LongTensor
         As the model takes them.
     params : BatchedParams
@@ -170,9 +197,9 @@ def model_laws(
     extra : tuple of torch.Tensor
         More per-row inputs of ``process``, each ``[N, ...]`` (e.g. prompt ids).
     keep_logits : bool
-        Keep the raw logits in the table.
+        Keep the raw logits in the table (as ``[N, V]``, every row).
     share : bool
-        False: the reference, every row computed.
+        False: the reference, every row processed.
 
     Returns
     -------
@@ -180,19 +207,21 @@ def model_laws(
     """
     B, n = positions.shape
     N = B * n
-    shared = (share and N >= MIN_ROWS and callable(getattr(model, "prefix_states", None))
-              and callable(getattr(model, "project", None)))
-    if not shared:
-        logits = model(input_ids, positions).reshape(N, -1)  # [N, V]
+    logits = model(input_ids, positions).reshape(N, -1)  # [N, V]
+    if not share or process is None or N < MIN_ROWS:
         probs = process(logits, params, history, *extra) if process is not None else None
         return LawTable(probs=probs, logits=logits if keep_logits or process is None else None, inverse=None)
-    states = model.prefix_states(input_ids, positions).reshape(N, -1)  # [N, d]
-    key = torch.cat([_bits(states), params_key(params).to(states.device), _bits(history),
+    V = logits.shape[1]
+    probe = torch.linspace(0, V - 1, min(V, PROBE_COLUMNS), device=logits.device).round().long()
+    key = torch.cat([_bits(logits.index_select(1, probe)), params_key(params).to(logits.device), _bits(history),
                      *(_bits(e) for e in extra)], 1)
-    rep, inverse = distinct_rows(key)
-    logits = model.project(states.index_select(0, rep))  # [U, V]
-    probs = None
-    if process is not None:
-        probs = process(logits, params.select(rep), history.index_select(0, rep),
-                        *(e.index_select(0, rep) for e in extra))
-    return LawTable(probs=probs, logits=logits if keep_logits or process is None else None, inverse=inverse)
+    rep, inverse = distinct_rows(key, min_rows=1)
+    rep, inverse = _confirm(logits, rep, inverse)
+    if rep.numel() == N:
+        probs = process(logits, params, history, *extra)  # nothing shared
+        return LawTable(probs=probs, logits=logits if keep_logits else None, inverse=None)
+    if rep.numel() < MIN_ROWS:
+        rep = torch.cat([rep, rep[:1].expand(MIN_ROWS - rep.numel())])
+    probs = process(logits.index_select(0, rep), params.select(rep), history.index_select(0, rep),
+                    *(e.index_select(0, rep) for e in extra))
+    return LawTable(probs=probs, logits=logits if keep_logits else None, inverse=inverse)
