@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 from .params import BatchedParams
-from .sampling import chunk_rows, sample_from_probs, sample_from_table
+from .sampling import sample_from_probs, sample_from_table
 
 __all__ = ["LawTable", "MIN_ROWS", "distinct_rows", "model_laws", "params_key"]
 
@@ -151,11 +151,10 @@ def _confirm(logits: torch.Tensor, rep: torch.Tensor, inverse: torch.Tensor) -> 
     bits = logits
     if logits.is_floating_point():  # compare bit patterns: a view, no copy
         bits = logits.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[logits.element_size()])
-    differs = torch.empty(others.numel(), dtype=torch.bool, device=logits.device)
-    step = max(1, chunk_rows(logits.shape[1]))
-    for s in range(0, others.numel(), step):
-        o = others[s:s + step]
-        differs[s:s + step] = (bits.index_select(0, o) != bits.index_select(0, rep[inverse[o]])).any(-1)
+    partner = rep[inverse[others]]
+    # Row against row (no gathered copies): torch.equal reads the two rows and stops early.
+    differs = torch.tensor([not torch.equal(bits[o], bits[r]) for o, r in zip(others.tolist(), partner.tolist())],
+                           dtype=torch.bool, device=logits.device)
     if bool(differs.any()):
         split = others[differs]
         inverse = inverse.clone()

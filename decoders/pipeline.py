@@ -375,12 +375,14 @@ def _nucleus_of_chunk(kept: torch.Tensor, total: torch.Tensor, top_p: torch.Tens
         k = int(size.max())
         r_idx, c_idx = candidate.nonzero(as_tuple=True)  # row-major: ids ascending per row
         pos = torch.arange(r_idx.numel(), device=device) - (size.cumsum(0) - size)[r_idx]
-        values = torch.full((R, k), -1.0, dtype=torch.float64, device=device)
+        # Sorted as float32 (the same order, ties included), then normalised in float64.
+        values32 = torch.full((R, k), -1.0, dtype=torch.float32, device=device)
         ids = torch.full((R, k), V, dtype=torch.int64, device=device)
-        values[r_idx, pos] = kept[r_idx, c_idx].to(torch.float64) / total[r_idx]
+        values32[r_idx, pos] = kept[r_idx, c_idx]
         ids[r_idx, pos] = c_idx
-        values, order = torch.sort(values, dim=-1, descending=True, stable=True)
+        values32, order = torch.sort(values32, dim=-1, descending=True, stable=True)
         ids = ids.gather(1, order)
+        values = values32.to(torch.float64) / total[:, None]  # padding: negative, after the candidates
         cumulative = torch.cumsum(values, dim=-1)
         in_nucleus = (cumulative - values) < top_p[:, None]
         in_nucleus[:, 0] = True

@@ -318,3 +318,34 @@ def test_speculative_and_naive_match_reference_on_random_configurations(V, B, ga
     dp = [d_params[b % classes] for b in range(B)]
     assert_speculative_identical(target, draft, prompts, tp, dp, gamma=gamma, length=length, eos=eos, seed=seed)
     assert_naive_identical(target, prompts, tp, length=length, eos=eos, seed=seed)
+
+
+def test_classes_that_share_a_prompt_but_not_their_parameters_do_not_share_laws():
+    target = ToyLM(ToyLMConfig(vocab_size=3000, seed=4))
+    draft = target.draft(0.5)
+    prompts = torch.tensor([[5, 6]] * 32)
+    tp = [SamplingParams(top_p=0.7) if b % 2 else SamplingParams(temperature=1.4, top_k=30) for b in range(32)]
+    dp = [SamplingParams(min_p=0.02) if b % 2 else SamplingParams() for b in range(32)]
+    assert_speculative_identical(target, draft, prompts, tp, dp, gamma=2, length=4, eos=None, seed=8)
+    assert_naive_identical(target, prompts, tp, length=4, eos=None, seed=8)
+
+
+def test_rows_longer_than_a_serial_reduction_match_reference():
+    """V > 32768: the pipeline's batched path, one shared law padded to MIN_ROWS rows."""
+    target = ToyLM(ToyLMConfig(vocab_size=40000, seed=2))
+    draft = target.draft(0.4)
+    prompts = torch.tensor([[1, 2]] * 12)
+    params = [SamplingParams(top_p=0.9, presence_penalty=0.2)] * 12
+    assert_speculative_identical(target, draft, prompts, params, None, gamma=2, length=3, eos=None, seed=1)
+    assert_naive_identical(target, prompts, params, length=3, eos=None, seed=1)
+
+
+def test_rows_with_equal_logits_but_other_histories_do_not_share_a_penalised_law():
+    """A model whose law ignores the prefix (context_strength=0): every row has the same
+    logits, so only the penalty history tells the laws apart."""
+    target = ToyLM(ToyLMConfig(vocab_size=3000, seed=6, context_strength=0.0))
+    draft = target.draft(0.3)
+    prompts = torch.tensor([[1, 2]] * 24)
+    params = [SamplingParams(top_p=0.9, repetition_penalty=2.0, presence_penalty=1.0)] * 24
+    assert_speculative_identical(target, draft, prompts, params, None, gamma=3, length=5, eos=None, seed=3)
+    assert_naive_identical(target, prompts, params, length=5, eos=None, seed=3)

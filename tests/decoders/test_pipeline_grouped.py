@@ -125,3 +125,22 @@ def test_switching_the_grouped_path_off_gives_the_same_laws(monkeypatch):
     on = process_logits(logits, params)
     monkeypatch.setattr(pipeline, "GROUPED", False)
     assert_bits(on, process_logits(logits, params))
+
+
+@pytest.mark.parametrize("edge,m", [(8, 1), (8, 3), (8, 7), (16, 5), (16, 11)])
+def test_grouped_top_p_boundary_is_exclusive_on_exact_masses(edge, m):
+    """``edge`` equal logits, the rest far below (their float32 probability is exactly 0):
+    each kept token has mass 1/edge exactly, and with top_p = m/edge the mass before the
+    (m+1)-th token equals top_p: it is cut (the reference's strict ``<``)."""
+    V, B = 4096, 4
+    logits = torch.full((B, V), -200.0)
+    g = torch.Generator().manual_seed(edge * 100 + m)
+    for b in range(B):
+        logits[b, torch.randperm(V, generator=g)[:edge]] = 0.0
+    params = batch_params(SamplingParams(top_p=m / edge), B)
+    with chunks_of(2, V):
+        out = _process_grouped(logits, params, None)
+    assert out is not None
+    ref = process_logits_reference(logits, params)
+    assert_bits(out, ref)
+    assert ((out > 0).sum(-1) == m).all()
