@@ -29,12 +29,23 @@ from specexact.decoders import (
     verify,
 )
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier
-from specexact.decoders.law_table import MIN_ROWS, distinct_rows, model_laws
+from specexact.decoders import law_table
+from specexact.decoders.law_table import MIN_ROWS, SHARE_MIN_VOCAB, distinct_rows, model_laws
 from specexact.decoders.pipeline import process_logits
 from specexact.decoders.params import batch_params
 from specexact.strategies import pipeline_cases, sampling_params
 
 # --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(autouse=True, scope="module")
+def share_every_vocabulary():
+    """Share laws at every vocabulary size here (the decoders share from SHARE_MIN_VOCAB
+    on), so the small exact cases exercise the table too."""
+    saved = law_table.SHARE_MIN_VOCAB
+    law_table.SHARE_MIN_VOCAB = 1
+    yield
+    law_table.SHARE_MIN_VOCAB = saved
 
 
 class Recorder:
@@ -349,3 +360,15 @@ def test_rows_with_equal_logits_but_other_histories_do_not_share_a_penalised_law
     params = [SamplingParams(top_p=0.9, repetition_penalty=2.0, presence_penalty=1.0)] * 24
     assert_speculative_identical(target, draft, prompts, params, None, gamma=3, length=5, eos=None, seed=3)
     assert_naive_identical(target, prompts, params, length=5, eos=None, seed=3)
+
+
+def test_small_vocabularies_are_not_shared_by_default(monkeypatch):
+    monkeypatch.setattr(law_table, "SHARE_MIN_VOCAB", SHARE_MIN_VOCAB)
+    V = SHARE_MIN_VOCAB - 1
+    model = ToyLM(ToyLMConfig(vocab_size=V, seed=1))
+    prompts = torch.tensor([[1, 2]] * 16)
+    params = batch_params(SamplingParams(top_p=0.9), 16)
+    args = (model, prompts, torch.full((16, 1), 1), params, torch.zeros(16, 0, dtype=torch.int64))
+    assert model_laws(*args, process=process_logits).inverse is None
+    big = ToyLM(ToyLMConfig(vocab_size=SHARE_MIN_VOCAB, seed=1))
+    assert model_laws(big, *args[1:], process=process_logits).inverse is not None
