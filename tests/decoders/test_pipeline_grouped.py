@@ -144,3 +144,15 @@ def test_grouped_top_p_boundary_is_exclusive_on_exact_masses(edge, m):
     ref = process_logits_reference(logits, params)
     assert_bits(out, ref)
     assert ((out > 0).sum(-1) == m).all()
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99])
+def test_rows_whose_candidates_miss_top_p_fall_back_to_the_full_sort(top_p):
+    """A histogram threshold that undershoots (forced here) leaves a row uncertified: it must
+    take the reference sort, not trust its candidates."""
+    g = torch.Generator().manual_seed(int(top_p * 100))
+    logits = torch.randn(6, 5000, generator=g) * 2
+    params = batch_params(SamplingParams(top_p=top_p), 6)
+    with chunks_of(3, 5000), mock.patch.object(pipeline, "_HIST_MARGIN", -0.45):
+        out = _process_grouped(logits, params, None)
+    assert_bits(out, process_logits_reference(logits, params))
