@@ -24,7 +24,9 @@ pipeline run on every row) gives it, because
   law as :func:`~specexact.decoders.sample_from_probs` does.
 
 ``tests/decoders/test_law_table.py`` compares the two decoders on seeded and Hypothesis
-inputs. Any model callable ``model(input_ids, positions) -> logits`` works.
+inputs. Any model callable ``model(input_ids, positions) -> logits`` works. Laws are shared
+on CPU only (on a GPU a row's reductions may be split differently with the batch size, and
+processing every row is cheap there): elsewhere the table holds every row, as the reference.
 """
 
 from __future__ import annotations
@@ -211,7 +213,8 @@ def model_laws(
     B, n = positions.shape
     N = B * n
     logits = model(input_ids, positions).reshape(N, -1)  # [N, V]
-    if not share or process is None or N < MIN_ROWS or logits.shape[1] < SHARE_MIN_VOCAB:
+    if (not share or process is None or N < MIN_ROWS or logits.shape[1] < SHARE_MIN_VOCAB
+            or logits.device.type != "cpu"):  # elsewhere a row's reduction may depend on the batch
         probs = process(logits, params, history, *extra) if process is not None else None
         return LawTable(probs=probs, logits=logits if keep_logits or process is None else None, inverse=None)
     V = logits.shape[1]
