@@ -257,6 +257,26 @@ def default_cases() -> list[AuditCase]:
             exact=False,
             weight=2.0,
         ),
+        AuditCase(
+            name="v8193-tile-trunc-penalties",
+            description="V=8193 (one past a 2**13 tile) through the whole decoder: top-k, top-p and min-p with "
+                        "repetition and presence penalties re-applied per candidate prefix, a top-k draft; one "
+                        "class with a narrow law (few bins: a small detectable TV per sample); first token "
+                        "exact, sequences two-sample against naive sampling",
+            model=ToyLMConfig(vocab_size=8193, seed=29, zipf_exponent=1.1, context_strength=1.5,
+                              eos_token_id=8192, eos_logit=-3.0),
+            mismatch=0.4,
+            row_classes=(
+                RowClass((7, 8), _sp(temperature=0.9, top_k=20, top_p=0.95, min_p=0.01, repetition_penalty=1.3,
+                                     presence_penalty=0.4),
+                         _sp(temperature=1.0, top_k=40)),
+            ),
+            num_draft_tokens=3,
+            length=3,
+            batch_size=2048,
+            exact=False,
+            weight=2.0,
+        ),
     ]
 
 

@@ -14,27 +14,28 @@ from pathlib import Path
 
 import torch
 
-from . import audit_power, decoder, verifier
+from . import audit_power, decoder, decoder_audit, verifier
 from ._common import GiB, REPO_ROOT, busy_warning, environment
 
-SECTIONS = ("verifier", "decoder", "memory", "audit", "goal")
+SECTIONS = ("verifier", "decoder", "memory", "audit", "goal", "fastpath")
 
 PROFILES = {
     # The grid (about 10 minutes on a busy 2-core machine; less on a quiet one).
     "full": dict(vocabs=verifier.VOCABS, ks=verifier.KS, batches=verifier.BATCHES, repeats=5,
                  dec_V=decoder.VOCAB, dec_batches=decoder.BATCHES, dec_gammas=decoder.GAMMAS, dec_new=32,
                  mem_B=4096, mem_V=32000, mem_gammas=(1, 4), mem_reference=True, mem_probe=256, audit_batches=4,
-                 goal_V=32000, goal_repeats=3),
+                 goal_V=32000, goal_repeats=3, fast_B=2048, fast_cases="all", fast_repeats=3),
     # A subset (about 3 minutes on a busy 2-core machine).
     "quick": dict(vocabs={"1k": 1000, "32k": 32000}, ks=(1, 4), batches=(1, 64, 1024), repeats=3,
                   dec_V=decoder.VOCAB, dec_batches=(64,), dec_gammas=(1, 4), dec_new=16,
                   mem_B=4096, mem_V=32000, mem_gammas=(1,), mem_reference=False, mem_probe=256, audit_batches=2,
-                  goal_V=32000, goal_repeats=2),
+                  goal_V=32000, goal_repeats=2, fast_B=512, fast_cases="headline", fast_repeats=1),
     # Tiny sizes: checks that everything runs (tests/benchmarks); the numbers mean nothing.
     "smoke": dict(vocabs={"1k": 1000, "5k": 5000}, ks=(1, 2), batches=(1, 3), repeats=1,
                   dec_V=300, dec_batches=(2,), dec_gammas=(1, 2), dec_new=5,
                   mem_B=8, mem_V=300, mem_gammas=(1,), mem_reference=False, mem_probe=8, audit_batches=2,
-                  goal_V=1000, goal_repeats=1, goal_verify_batches=(64,)),
+                  goal_V=1000, goal_repeats=1, goal_verify_batches=(64,), fast_B=16, fast_V=5000,
+                  fast_cases="headline", fast_repeats=1),
 }
 
 
@@ -147,6 +148,19 @@ def main(argv=None) -> int:
     if cases is not None or goal is not None:
         results["audit"] = audit_power.to_json(cases, goal)
         parts.append(audit_power.markdown(cases, goal))
+
+    if "fastpath" in sections:
+        B = prof["fast_B"]
+        section("fastpath", f"decoder-level audit sampling before / after the shared-law fast path (V=32000 at B={B})")
+        head = decoder_audit.headline_case(prof.get("fast_V", decoder_audit.HEADLINE_V), B)
+        chosen = [head] if prof["fast_cases"] == "headline" else None
+        if chosen is None:
+            from specexact.audit.cases import default_cases
+            chosen = [head, *default_cases()]
+        fp = decoder_audit.run(chosen, device=device, repeats=prof["fast_repeats"])
+        results["fastpath"] = decoder_audit.to_json(fp)
+        parts.append(decoder_audit.markdown(fp))
+        done("fastpath")
 
     results["section_seconds"] = timings
     results["total_seconds"] = time.perf_counter() - started

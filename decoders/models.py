@@ -190,12 +190,25 @@ class ToyLM:
         -------
         torch.Tensor
             Shape ``[B, n, V]`` in the model's dtype. As in any causal LM, the logits at
-            position ``t`` predict token ``t + 1``.
+            position ``t`` predict token ``t + 1``. Equal, bit for bit, to
+            ``project(prefix_states(input_ids, positions))``.
 
         Raises
         ------
         ValueError
             On an empty prefix, ids ``>= V``, or positions outside ``[0, T)``.
+        """
+        return self.project(self.prefix_states(input_ids, positions))
+
+    def prefix_states(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The recurrent states the logits at ``positions`` are projected from.
+
+        Shape: ``input_ids [B, T], positions [B, n] -> states [B, n, d]`` (model dtype).
+
+        Parameters and errors as :meth:`__call__`. The state after a prefix determines its
+        logits (:meth:`project`), so rows with the same state have the same law: the
+        decoders' fast path (:mod:`specexact.decoders.law_table`) computes the logits of
+        each distinct state once.
         """
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must have shape [B, T] with T >= 1, got {tuple(input_ids.shape)}")
@@ -216,8 +229,19 @@ class ToyLM:
             states = self._states_cached(input_ids, needed)  # [B, needed, d]
         if positions is not None:
             states = states.gather(1, positions[:, :, None].expand(-1, -1, states.shape[-1]))
-        logits = states @ self.proj.T  # [B, n, V]
-        return logits.add_(self.head)  # == head + states @ proj.T, without a second [B, n, V]
+        return states
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """Logits of states: ``head + states @ proj.T``. Shape: ``[..., d] -> [..., V]``.
+
+        Row ``i`` of the result depends on row ``i`` of ``states`` only, but its last bits
+        may depend on how many rows are projected together (the BLAS picks its kernel by
+        shape: with MKL, one row (a matrix-vector product) and, in float64, two or three
+        rows round differently from four or more); see
+        :data:`specexact.decoders.law_table.MIN_ROWS`.
+        """
+        logits = states @ self.proj.T  # [..., V]
+        return logits.add_(self.head)  # == head + states @ proj.T, without a second [..., V]
 
     def _states_cached(self, input_ids: torch.Tensor, needed: int) -> torch.Tensor:
         """:meth:`states` of ``input_ids[:, :needed]``, resuming the previous call's states.

@@ -7,12 +7,12 @@ from typing import Sequence
 
 import torch
 
+from .law_table import model_laws
 from .params import SamplingParams, batch_params
 from .pipeline import process_logits
 from .processing import LogitsProcessing
-from .sampling import sample_from_probs
 
-__all__ = ["GenerationOutput", "naive_generate", "check_prompt"]
+__all__ = ["GenerationOutput", "naive_generate", "naive_generate_reference", "check_prompt"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,27 @@ def check_prompt(prompt_ids: torch.Tensor, vocab_size: int, max_new_tokens: int)
         )
     if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+
+
+def naive_generate_reference(
+    target,
+    prompt_ids: torch.Tensor,
+    params: SamplingParams | Sequence[SamplingParams],
+    *,
+    max_new_tokens: int,
+    generator: torch.Generator | None = None,
+    eos_token_id: int | None = None,
+    processing: "LogitsProcessing | None" = None,
+) -> GenerationOutput:
+    """The readable reference of :func:`naive_generate`: the model and the logits pipeline
+    run on every row at every step, and every row's law is sampled by
+    :func:`~specexact.decoders.sample_from_probs`.
+
+    Same parameters, output and generator draws as :func:`naive_generate`
+    (``tests/decoders/test_law_table.py`` compares them bit for bit).
+    """
+    return _naive(target, prompt_ids, params, max_new_tokens=max_new_tokens, generator=generator,
+                  eos_token_id=eos_token_id, processing=processing, share=False)
 
 
 def naive_generate(
@@ -98,7 +119,22 @@ def naive_generate(
     ValueError
         On a malformed prompt or ``max_new_tokens`` (see :func:`check_prompt`), or
         parameters ``processing`` does not implement.
+
+    Notes
+    -----
+    With a model that exposes its states (``prefix_states`` / ``project``, as
+    :class:`~specexact.decoders.ToyLM`), each step computes the logits and the law of each
+    distinct ``(state, parameters, history)`` once and samples every row from its law
+    without building the ``[B, V]`` laws
+    (:func:`~specexact.decoders.law_table.model_laws`); the output and the draws are those
+    of :func:`naive_generate_reference`, bit for bit.
     """
+    return _naive(target, prompt_ids, params, max_new_tokens=max_new_tokens, generator=generator,
+                  eos_token_id=eos_token_id, processing=processing, share=True)
+
+
+def _naive(target, prompt_ids, params, *, max_new_tokens, generator, eos_token_id, processing,
+           share: bool) -> GenerationOutput:
     V = target.vocab_size
     check_prompt(prompt_ids, V, max_new_tokens)
     device = target.device
@@ -109,13 +145,11 @@ def naive_generate(
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         positions = torch.full((B, 1), T0 + t - 1, dtype=torch.int64, device=device)
-        logits = target(seq[:, : T0 + t], positions)[:, 0]  # [B, V]
-        if processing is None:
-            probs = process_logits(logits, bp, seq[:, T0 : T0 + t])  # [B, V]
-        else:
-            probs = processing(logits, bp, seq[:, T0 : T0 + t], prompt_ids)  # [B, V]
-        del logits  # peak memory: not needed while sampling
-        token = sample_from_probs(probs, generator)  # [B]
+        laws = model_laws(target, seq[:, : T0 + t], positions, bp, seq[:, T0 : T0 + t],
+                          process=process_logits if processing is None else processing,
+                          extra=() if processing is None else (prompt_ids,), share=share)  # B laws
+        token = laws.sample(generator)  # [B]
+        del laws
         seq[:, T0 + t] = torch.where(done, -1, token)
         if eos_token_id is not None:
             done |= token == eos_token_id

@@ -20,8 +20,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["sample_from_probs", "sample_from_probs_reference", "uniform", "BLOCK", "CHUNK_ELEMENTS",
-           "SMALL_ELEMENTS"]
+__all__ = ["sample_from_probs", "sample_from_probs_reference", "sample_from_table", "uniform", "BLOCK",
+           "CHUNK_ELEMENTS", "SMALL_ELEMENTS"]
 
 BLOCK = 1024
 """Vocabulary block of the two-level inverse CDF (rows longer than ``4 * BLOCK``)."""
@@ -183,6 +183,47 @@ def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None = N
         masses(probs[s:s + rows], out=block_mass[s:s + rows])
     everything = torch.arange(B)
     return search_blocks(block_mass, lambda s, e, b: blocks_at(probs, (everything[s:e],), b), generator)
+
+
+def sample_from_table(table: torch.Tensor, index: torch.Tensor,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token id per row of ``table[index]`` without building it.
+
+    Shape: ``table [U, V]``, ``index [N]`` (int64, values in ``[0, U)``) -> ids ``[N]``.
+
+    Returns what ``sample_from_probs(table[index], generator)`` returns, from the same
+    ``N`` draws, and raises what it raises (a row index in the message is a row of
+    ``table[index]``). For rows longer than ``4 * BLOCK`` on CPU, each table row's block
+    masses are computed once and every row searches its own law's blocks (the same
+    float64 sums and searches, row by row, as :func:`sample_from_probs_reference`);
+    otherwise ``table[index]`` is built and sampled.
+
+    Parameters
+    ----------
+    table : torch.Tensor
+        Shape ``[U, V]``, floating point, non-negative rows (the laws).
+    index : torch.LongTensor
+        Shape ``[N]``: the law of each row.
+    generator : torch.Generator, optional
+        Draws ``N`` float64 uniforms (after the mass check).
+
+    Raises
+    ------
+    ValueError
+        If a row has no positive finite mass (nothing is drawn).
+    """
+    U, V = table.shape
+    N = index.shape[0]
+    if (table.device.type != "cpu" or not table.is_contiguous() or V <= 4 * BLOCK
+            or N * V <= SMALL_ELEMENTS or U * V <= SMALL_ELEMENTS):
+        return sample_from_probs(table.index_select(0, index), generator)
+    rows = chunk_rows(V)
+    table_mass = torch.empty(U, -(-V // BLOCK), dtype=torch.float64)
+    masses = BlockMasses(V, min(U, rows))
+    for s in range(0, U, rows):
+        masses(table[s:s + rows], out=table_mass[s:s + rows])
+    return search_blocks(table_mass.index_select(0, index),
+                         lambda s, e, b: blocks_at(table, (index[s:e],), b), generator)
 
 
 class BlockMasses:

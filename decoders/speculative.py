@@ -10,11 +10,12 @@ import torch
 from .adapters.protocol import LogitsVerifyInputs, is_logits_level, processing_of
 from .naive import GenerationOutput, check_prompt
 from .params import SamplingParams, batch_params
+from .law_table import model_laws
 from .pipeline import process_logits
-from .sampling import sample_from_probs
 from .rejection_sampling import PLACEHOLDER_ID, verify
 
-__all__ = ["speculative_generate", "VerifierProtocolError", "Verifier", "RoundRecord"]
+__all__ = ["speculative_generate", "speculative_generate_reference", "VerifierProtocolError", "Verifier",
+           "RoundRecord"]
 
 Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
@@ -125,6 +126,53 @@ def _prefix_histories(work: torch.Tensor, start: int, lengths: torch.Tensor, cou
     return torch.where(idx < end, hist[:, None, :], PLACEHOLDER_ID)  # [B, count, H]
 
 
+def _stack_laws(tables) -> torch.Tensor:
+    """The draft laws of a round as one tensor. Shape: γ tables of ``A`` rows -> ``[A, γ, V]``."""
+    first = tables[0]
+    A = first.num_rows
+    if all(t.inverse is None for t in tables):
+        out = torch.empty(A, len(tables), first.probs.shape[1], dtype=first.probs.dtype, device=first.probs.device)
+        for i, t in enumerate(tables):
+            out[:, i] = t.probs
+        return out
+    # One gather from the concatenated tables: every entry is written once.
+    offsets, index, parts = 0, [], []
+    for t in tables:
+        inv = t.inverse if t.inverse is not None else torch.arange(A, device=t.probs.device)
+        index.append(inv + offsets)
+        parts.append(t.probs)
+        offsets += t.probs.shape[0]
+    table = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return table.index_select(0, torch.stack(index, 1).reshape(-1)).reshape(A, len(tables), -1)
+
+
+def speculative_generate_reference(
+    target,
+    draft,
+    prompt_ids: torch.Tensor,
+    target_params: SamplingParams | Sequence[SamplingParams],
+    draft_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    *,
+    num_draft_tokens: int,
+    max_new_tokens: int,
+    generator: torch.Generator | None = None,
+    eos_token_id: int | None = None,
+    verifier: Verifier = verify,
+    observer: Callable[[RoundRecord], None] | None = None,
+) -> GenerationOutput:
+    """The readable reference of :func:`speculative_generate`: the models and the logits
+    pipeline run on every row of every call.
+
+    Same parameters, output, generator draws, verifier calls and observer records as
+    :func:`speculative_generate` (``tests/decoders/test_law_table.py`` compares them bit
+    for bit), which computes each distinct law of a call once
+    (:mod:`specexact.decoders.law_table`).
+    """
+    return _speculative(target, draft, prompt_ids, target_params, draft_params, num_draft_tokens=num_draft_tokens,
+                        max_new_tokens=max_new_tokens, generator=generator, eos_token_id=eos_token_id,
+                        verifier=verifier, observer=observer, share=False)
+
+
 def speculative_generate(
     target,
     draft,
@@ -195,7 +243,23 @@ def speculative_generate(
         On bad prompts, ``num_draft_tokens < 1`` or models with different vocabularies.
     VerifierProtocolError
         If the verifier's output breaks the protocol (a defect of the verifier).
+
+    Notes
+    -----
+    With models that expose their states (``prefix_states`` / ``project``, as
+    :class:`~specexact.decoders.ToyLM`), the logits and the law of each distinct
+    ``(state, parameters, history)`` of a call are computed once
+    (:func:`~specexact.decoders.law_table.model_laws`); the output, the draws and what the
+    verifier and the observer receive are those of :func:`speculative_generate_reference`,
+    bit for bit.
     """
+    return _speculative(target, draft, prompt_ids, target_params, draft_params, num_draft_tokens=num_draft_tokens,
+                        max_new_tokens=max_new_tokens, generator=generator, eos_token_id=eos_token_id,
+                        verifier=verifier, observer=observer, share=True)
+
+
+def _speculative(target, draft, prompt_ids, target_params, draft_params, *, num_draft_tokens, max_new_tokens,
+                 generator, eos_token_id, verifier, observer, share: bool) -> GenerationOutput:
     V = target.vocab_size
     if draft.vocab_size != V:
         raise ValueError(f"draft vocab_size {draft.vocab_size} != target vocab_size {V}")
@@ -232,38 +296,33 @@ def speculative_generate(
 
         # Draft γ tokens autoregressively from the draft's processed law q_i.
         draft_ids = torch.empty(A, gamma, dtype=torch.int64, device=device)
-        draft_probs_t = None  # [A, γ, V], filled row block by row block (no list + stack copy)
         d_act = d_bp.select(act)
+        draft_laws = []
         for i in range(gamma):
-            logits = draft(work[:, : width - gamma + i], (a_len - 1 + i)[:, None])[:, 0]  # [A, V]
             hist = _prefix_histories(work, T0, a_len + i, 1)[:, 0]  # [A, H]
-            q_i = process_logits(logits, d_act, hist)  # [A, V]
-            del logits  # peak memory
-            d_i = sample_from_probs(q_i, generator)  # [A]
+            laws = model_laws(draft, work[:, : width - gamma + i], (a_len - 1 + i)[:, None], d_act, hist,
+                              process=process_logits, share=share)  # q_i of the A rows
+            d_i = laws.sample(generator)  # [A]
             work[a_rows, a_len + i] = d_i
             draft_ids[:, i] = d_i
-            if draft_probs_t is None:
-                draft_probs_t = torch.empty(A, gamma, V, dtype=q_i.dtype, device=q_i.device)
-            draft_probs_t[:, i] = q_i
-            del q_i
+            draft_laws.append(laws)
+        draft_probs_t = _stack_laws(draft_laws)  # [A, γ, V]
+        del draft_laws
         draft_calls += gamma
 
         # One target call for all γ+1 prefixes; penalties re-applied per prefix.
         positions = (a_len - 1)[:, None] + steps[None]  # [A, γ+1]
-        t_logits = target(work, positions)  # [A, γ+1, V]
+        hist = _prefix_histories(work, T0, a_len, gamma + 1).reshape(A * (gamma + 1), -1)  # [A(γ+1), H]
+        need_probs = not logits_level or observer is not None
+        extra = (prompt_ids[act].repeat_interleave(gamma + 1, 0),) if logits_level and need_probs else ()
+        laws = model_laws(target, work, positions, t_bp.select(act).repeat_interleave(gamma + 1), hist,
+                          process=(processing_of(verifier) if logits_level else process_logits) if need_probs
+                          else None, extra=extra, keep_logits=logits_level, share=share)
         target_calls += 1
-        target_probs = None
-        if not logits_level or observer is not None:
-            hist = _prefix_histories(work, T0, a_len, gamma + 1)  # [A, γ+1, H]
-            process = processing_of(verifier) if logits_level else process_logits
-            flat_hist = hist.reshape(A * (gamma + 1), -1)
-            extra = (prompt_ids[act].repeat_interleave(gamma + 1, 0),) if logits_level else ()
-            target_probs = process(
-                t_logits.reshape(A * (gamma + 1), V),
-                t_bp.select(act).repeat_interleave(gamma + 1),
-                flat_hist,
-                *extra,
-            ).reshape(A, gamma + 1, V)
+        target_probs = laws.rows().reshape(A, gamma + 1, V) if need_probs else None
+        if logits_level:
+            t_logits = laws.logits_rows().reshape(A, gamma + 1, V)  # [A, γ+1, V], raw
+        del laws
         if logits_level:  # the sampler processes the raw logits per prefix itself
             act_list = act.tolist()
             out = verifier.verify_logits(LogitsVerifyInputs(
@@ -272,7 +331,6 @@ def speculative_generate(
                 output_token_ids=_prefix_histories(work, T0, a_len, 1)[:, 0]), generator)
             del t_logits
         else:
-            del t_logits  # peak memory: the logits are not needed past this point
             # The verifier gets its own copy of the ids: its output is checked against ours.
             out = verifier(draft_ids.clone(), draft_probs_t, target_probs, generator)
         num = check_verifier_output(out, draft_ids, V)  # [A], emitted per row

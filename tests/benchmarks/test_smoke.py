@@ -19,6 +19,7 @@ from benchmarks._common import GiB, Timing, measure
     ("decoder", ["decoder"], "### Decoding: naive vs speculative (ToyLM)"),
     ("memory", ["memory"], "### Peak memory"),
     ("audit,goal", ["audit"], "### Audit power per second"),
+    ("fastpath", ["fastpath"], "### Decoder-level audit sampling: before and after the shared-law fast path"),
 ])
 def test_cli_smoke_writes_json_and_markdown(tmp_path, capsys, section, keys, title):
     assert cli.main(["--smoke", "--threads", "1", "--only", section, "--out", str(tmp_path)]) == 0
@@ -85,3 +86,12 @@ def test_measure_reports_median_and_spread():
     assert len(calls) == 5 and len(t.samples) == 4
     assert t.min <= t.median <= t.max
     assert set(t.to_dict()) >= {"median_s", "min_s", "max_s", "q1_s", "q3_s", "repeats"}
+
+
+def test_fastpath_section_times_both_paths_and_finds_the_same_tokens(tmp_path):
+    assert cli.main(["--smoke", "--threads", "1", "--only", "fastpath", "--out", str(tmp_path)]) == 0
+    (js,) = tmp_path.glob("bench-*.json")
+    (row,) = json.loads(js.read_text())["fastpath"]["rows"]
+    assert row["identical_tokens"] is True
+    assert row["before"]["samples_per_s"] > 0 and row["after"]["samples_per_s"] > 0
+    assert [c["class"] for c in row["classes"]] == [0, 1]
