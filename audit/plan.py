@@ -308,6 +308,12 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
         return case.models(dev), case.batch(dev)
 
     def one_call(case, prepared, rows: int | None, v) -> None:
+        if getattr(case, "kind", None) == "tree":  # the tree decoder (or block's chain decoder)
+            from .tree_case import reference_verifier, tree_call
+
+            tree_call(case, prepared, reference_verifier(case) if v is verify else v,
+                      torch.Generator(device=dev).manual_seed(0), rows)
+            return
         if _is_verify(case):
             from dataclasses import replace
 

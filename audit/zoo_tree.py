@@ -37,7 +37,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import torch
 
+from specexact.decoders.adapters.protocol import Capabilities
+from specexact.decoders.tree.samplers import TreeSampler
 from specexact.exactness.program_law import DecisionRNG
 from specexact.exactness.tree_laws import (
     SCHEME_PROGRAMS,
@@ -239,15 +242,26 @@ CORRECT = {e.name: e for e in (
 )}
 
 
-def _sampler(entry: ZooEntry):
+#: The scheme each zoo entry declares in its Capabilities (the reference it is judged by).
+_DECLARED_SCHEME = {"tree": "tree", "multi_draft": "multi_draft", "block": "block", "tree_target_only": "tree"}
+
+
+def _sampler(entry: ZooEntry) -> TreeSampler:
     make = tree_verifier_from_program if entry.protocol == "tree" else chain_verifier_from_program
-    return make(entry.program)
+    # The target-only rule is exact for distinct siblings and has recursive rejection
+    # sampling's accepted length on deterministic trees only: it declares top-k drafting.
+    drafting = ("top_k",) if entry.scheme == "tree_target_only" else ()
+    caps = Capabilities(max_batch_size=None, dtypes=(torch.float64,), devices=("cpu",), randomness="generator",
+                        scheme=_DECLARED_SCHEME[entry.scheme], protocol=entry.protocol, tree_drafting=drafting,
+                        notes=f"specexact.audit.zoo_tree entry {entry.name!r} (per-row decision program)")
+    return TreeSampler(entry.name, caps, make(entry.program), paper="specexact.audit.zoo_tree")
 
 
 WRONG_SAMPLERS = {name: _sampler(e) for name, e in WRONG.items()}
-"""The wrong entries as batched samplers with their protocol (one row at a time)."""
+"""The wrong entries as batched samplers (:class:`~specexact.decoders.tree.TreeSampler`, one row
+at a time) declaring their protocol and scheme, so the audit drives them with their cases."""
 CORRECT_SAMPLERS = {name: _sampler(e) for name, e in CORRECT.items()}
-"""The correct entries as batched samplers with their protocol."""
+"""The correct entries as batched samplers declaring their protocol and scheme."""
 
 
 @dataclass(frozen=True)

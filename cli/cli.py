@@ -183,16 +183,20 @@ def _audit(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specexact.audit import AuditSettings, SamplerError, default_cases, quick_cases, resolve_sampler, run_audit
-    from specexact.audit.catalog import opt_in_cases
+    from specexact.audit.catalog import default_cases_for, opt_in_cases
+    from specexact.audit.tree_case import tree_cases
     from specexact.audit.shard import ShardError, parse_shard
 
     console = Console(stderr=True)
     cases = quick_cases() if args.quick else default_cases()
-    extra = opt_in_cases()  # run only when named with --case
+    trees = tree_cases(quick=args.quick)  # the defaults of tree-protocol samplers (and block-v3 of block ones)
+    extra = [*trees, *opt_in_cases()]  # run only when named with --case, or by the sampler's protocol
     if args.list_cases:
         for c in cases:
             print(f"{c.name}: {c.description}")
-        for c in extra:
+        for c in trees:
+            print(f"{c.name} ({c.protocol}-protocol samplers of schemes {', '.join(c.schemes)}): {c.description}")
+        for c in extra[len(trees):]:
             print(f"{c.name} (only with --case {c.name}): {c.description}")
         return EXIT_PASS
     if args.case:
@@ -256,6 +260,9 @@ def _audit(args) -> int:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_ERROR
     from specexact.audit.runner import restrict_to_sampler
+
+    if not args.case:  # the sampler's protocol decides the default cases (tree samplers: tree cases)
+        cases = default_cases_for(verifier, quick=args.quick)
 
     restricted = [(c, *restrict_to_sampler(c, verifier)) for c in cases]
     reasons = [f"{c.name}: {r}" for c, _, r in restricted if r is not None]

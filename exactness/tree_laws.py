@@ -121,23 +121,32 @@ class PrefixLaws:
 
     @classmethod
     def from_models(cls, target, draft, prompt_ids: torch.Tensor, target_params: SamplingParams,
-                    draft_params: SamplingParams | None = None) -> "PrefixLaws":
+                    draft_params: SamplingParams | None = None, *,
+                    target_processing: Callable | None = None) -> "PrefixLaws":
         """The toy models' processed laws after ``prompt_ids`` (shape ``[T0]``) and a prefix,
         in float64 through :func:`~specexact.decoders.process_logits` with the prefix as the
-        penalty history (as the decoders do)."""
+        penalty history (as the decoders do).
+
+        ``target_processing`` (a :class:`~specexact.decoders.processing.LogitsProcessing`,
+        default the built-in pipeline) processes the target side, as a logits-level sampler
+        declares; the draft side is always the built-in pipeline (the decoder's own).
+        """
         t64, d64 = target.to(dtype=torch.float64), draft.to(dtype=torch.float64)
         prompt = prompt_ids.reshape(1, -1).to(t64.device)
         d_params = target_params if draft_params is None else draft_params
 
-        def law(model, params):
+        def law(model, params, processing):
             def fn(prefix):
                 hist = torch.tensor([list(prefix)], dtype=torch.int64, device=prompt.device).reshape(1, len(prefix))
                 ids = torch.cat([prompt, hist], 1)
                 logits = model(ids, torch.tensor([[ids.shape[1] - 1]], device=prompt.device))[:, 0]
-                return process_logits(logits, batch_params(params, 1, prompt.device), hist)[0].cpu().numpy()
+                bp = batch_params(params, 1, prompt.device)
+                out = (process_logits(logits, bp, hist) if processing is None
+                       else processing(logits, bp, hist, prompt))
+                return out[0].cpu().numpy()
             return fn
 
-        return cls(law(t64, target_params), law(d64, d_params), t64.vocab_size)
+        return cls(law(t64, target_params, target_processing), law(d64, d_params, None), t64.vocab_size)
 
 
 class Emitted(NamedTuple):

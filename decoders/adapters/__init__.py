@@ -16,6 +16,7 @@ vLLM, FlashInfer and SGLang adapters are planned (README, "Third-party samplers"
 
 from .protocol import (
     OPERATIONS,
+    PROTOCOLS,
     RANDOMNESS,
     SCHEMES,
     Capabilities,
@@ -26,6 +27,7 @@ from .protocol import (
     is_logits_level,
     processing_of,
     probs_to_logits,
+    protocol_of,
     scheme_of,
     seeded_global_rng,
     takes_uniforms,
@@ -37,6 +39,7 @@ __all__ = [
     "LogitsSamplerAdapter",
     "LogitsVerifyInputs",
     "OPERATIONS",
+    "PROTOCOLS",
     "RANDOMNESS",
     "SCHEMES",
     "SamplerAdapter",
@@ -44,6 +47,7 @@ __all__ = [
     "is_logits_level",
     "processing_of",
     "scheme_of",
+    "protocol_of",
     "takes_uniforms",
     "uniforms_dtype_of",
     "probs_to_logits",
