@@ -34,7 +34,7 @@ FULL_LAW_SAMPLES_PER_CELL = 100
 
 
 def lossy_tv_check(counts, probs, *, false_fail_rate: float, min_expected: float, name: str,
-                   split_seed: int = 0, delta: float = LOSSY_DELTA) -> CheckResult:
+                   split_seed: int = 0, delta: float | None = None) -> CheckResult:
     """The TV of a lossy sampler's emitted law from the target's, measured (module docstring).
 
     Parameters
@@ -50,8 +50,8 @@ def lossy_tv_check(counts, probs, *, false_fail_rate: float, min_expected: float
     name : str
     split_seed : int
         Seed of the interval's sample split (deterministic given it).
-    delta : float
-        The interval's miss probability (default :data:`LOSSY_DELTA`).
+    delta : float, optional
+        The interval's miss probability (default: :data:`LOSSY_DELTA`, read at call time).
 
     Returns
     -------
@@ -65,6 +65,7 @@ def lossy_tv_check(counts, probs, *, false_fail_rate: float, min_expected: float
     TypeError, ValueError
         Malformed counts or law (:func:`~specexact.exactness.lossy_tv.tv_interval`).
     """
+    delta = LOSSY_DELTA if delta is None else delta
     counts = np.asarray(counts)
     probs = np.asarray(probs, dtype=np.float64)
     n = int(counts.sum())

@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.2`` -> ``1.3``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.3`` -> ``1.4``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -35,7 +35,7 @@ _TIMESTAMP = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.2/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.3/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -79,8 +79,39 @@ REPORT_SCHEMA: dict[str, Any] = {
         "accepted_length": {"type": "array", "items": {"$ref": "#/$defs/accepted_length"}},
         "shards": {"type": "array", "items": {"$ref": "#/$defs/shard_summary"}},
         "journal": {"type": "string"},
+        "acceptance": {"type": "array", "items": {"$ref": "#/$defs/acceptance_row"},
+                       "description": "accepted-length means per check: observed, own scheme's law, token-wise "
+                                      "optimum (since 1.3)"},
+        "lossy_measurements": {"type": "array", "items": {"$ref": "#/$defs/lossy_measurement"},
+                               "description": "a lossy sampler's measured TVs with their intervals (since 1.3)"},
+        "notes": {"type": "array", "items": {"type": "string"},
+                  "description": "observations that are not failures, e.g. a scheme that accepts less than "
+                                 "token-wise verification by design (since 1.3)"},
     },
     "$defs": {
+        "acceptance_row": {
+            "type": "object",
+            "required": ["case", "check", "scheme", "passed", "mean_accepted_length",
+                         "expected_mean_accepted_length", "tokenwise_optimum_mean_accepted_length", "note"],
+            "properties": {
+                "case": {"type": "string"}, "check": {"type": "string"}, "scheme": {"type": "string"},
+                "passed": {"type": "boolean"}, "measured": {"type": "boolean"},
+                "mean_accepted_length": _NULLABLE_NUMBER, "expected_mean_accepted_length": _NULLABLE_NUMBER,
+                "tokenwise_optimum_mean_accepted_length": _NULLABLE_NUMBER, "note": _NULLABLE_STRING,
+            },
+        },
+        "lossy_measurement": {
+            "type": "object",
+            "required": ["case", "check", "estimate", "lower", "upper", "delta", "n", "num_cells", "law"],
+            "properties": {
+                "case": {"type": "string"}, "check": {"type": "string"},
+                "estimate": {"type": "number", "minimum": 0, "maximum": 1},
+                "lower": {"type": "number", "minimum": 0, "maximum": 1},
+                "upper": {"type": "number", "minimum": 0, "maximum": 1},
+                "delta": _RATE, "n": {"type": "integer", "minimum": 2},
+                "num_cells": {"type": "integer", "minimum": 1}, "law": {"enum": ["full", "binned"]},
+            },
+        },
         "real": {
             "description": "A float; non-finite values are the strings inf, -inf, nan (strict JSON).",
             "anyOf": [{"type": "number"}, {"enum": ["inf", "-inf", "nan"]}],
@@ -159,7 +190,7 @@ REPORT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "case": {"type": "string"},
                 "check": {"type": "string"},
-                "kind": {"enum": ["inexactness", "crash", "timeout", "protocol_violation"]},
+                "kind": {"enum": ["inexactness", "under_accepting", "crash", "timeout", "protocol_violation"]},
                 "message": {"type": "string"},
                 "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
                 "worst": {"$ref": "#/$defs/worst"},
