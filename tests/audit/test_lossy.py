@@ -85,3 +85,27 @@ def test_the_binned_law_is_measured_when_outcomes_are_many():
     counts = np.random.default_rng(0).multinomial(5000, p0)
     chk = lossy_tv_check(counts, p0, false_fail_rate=1e-6, min_expected=200, name="lossy_tv")
     assert chk.details["lossy_tv"]["law"] == "binned" and chk.passed and chk.pvalue == 1.0
+
+
+# A lossy chain sampler on a chain case: its sequence law is measured, its independence is
+# still tested (4 checks per class, 2 of them tests).
+@pytest.mark.statistical(checks=4)
+def test_a_lossy_chain_sampler_is_measured_on_chain_cases_and_reported(alpha, tmp_path, capsys):
+    from specexact.audit import quick_cases, run_audit
+    from specexact.cli import main
+    from specexact.reports import render_html, render_markdown, validate_report
+
+    v8 = next(c for c in quick_cases() if c.name == "v8-plain")
+    report = run_audit(REFERENCE_SAMPLERS["typical_chain"], cases=[v8], false_fail_rate=alpha * 8, num_batches=2,
+                       budget_s=None, seed=0)
+    assert report["verdict"] == "pass", report["findings"]
+    rows = report["lossy_measurements"]
+    assert [r["check"] for r in rows] == ["lossy_tv[class 0]", "lossy_tv[class 1]"]
+    assert all(0 <= r["lower"] <= r["estimate"] <= r["upper"] <= 1 and r["delta"] == lossy.LOSSY_DELTA for r in rows)
+    assert all(r["measured"] for r in report["acceptance"])
+    validate_report(report)
+    assert "## Lossy measurements" in render_markdown(report) and "Lossy measurements" in render_html(report)
+    code = main(["audit", "--sampler", "typical-chain", "--case", "v8-plain", "--quick", "--batches", "2", "--quiet",
+                 "--false-fail-rate", str(alpha * 8), "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "lossy: v8-plain / lossy_tv[class 0]: TV from the target" in out
