@@ -208,9 +208,9 @@ def build_report(
             if kind == "under_accepting":
                 d = chk["details"]
                 optimum = d.get("tokenwise_optimum_mean_accepted_length")
-                message = (f"{chk['name']}: exact (every law check of the case passes) but under-accepting: mean "
-                           f"accepted length {d['mean_accepted_length']:.4g} below its {d.get('scheme', 'tokenwise')} "
-                           f"law's {d['expected_mean_accepted_length']:.4g}"
+                message = (f"{chk['name']}: under-accepting: every law check of the case passes, but the mean "
+                           f"accepted length {d['mean_accepted_length']:.4g} is below its "
+                           f"{d.get('scheme', 'tokenwise')} law's {d['expected_mean_accepted_length']:.4g}"
                            + (f" (token-wise optimum {optimum:.4g})" if isinstance(optimum, (int, float)) else "")
                            + f"; p={float(chk['pvalue']):.3g} <= {alpha:.3g}")
             findings.append({

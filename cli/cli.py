@@ -140,7 +140,7 @@ def _print_table(report: dict) -> None:
                       tv if isinstance(tv, str) else f"{tv:.3g}", certified_tv_text(chk),
                       "measured" if measured else ("pass" if chk["passed"] else "[red]FAIL[/]"))
     out = Console()
-    out.width = max(out.width, 130)
+    out.width = max(out.width, 150)
     out.print(table)
     for row in report.get("lossy_measurements") or []:
         out.print(f"lossy: {escape(row['case'])} / {escape(row['check'])}: TV from the target "

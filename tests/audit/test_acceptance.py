@@ -117,7 +117,11 @@ def test_sample_and_compare_is_exact_and_its_lower_acceptance_only_noted(alpha):
     assert report["verdict"] == "pass", report["findings"]
     assert report["notes"] and all("accepts less than token-wise" in n for n in report["notes"])
     validate_report(report)
-    assert "## Notes" in render_markdown(report) and "Accepted length by scheme" in render_html(report)
+    md, html = render_markdown(report), render_html(report)
+    assert "## Notes" in md and "Accepted length by scheme" in html and "certified TV ≤" in md + html
+    seq = next(c for c in report["checks"] if c["name"] == "sequence_law[class 0]")
+    upper = seq["details"]["certified_tv"]["upper"]
+    assert 0 < upper < 1 and f"{upper:.3g} binned" in md and f"{upper:.3g} binned" in html
 
 
 # The same exact sampler declared token-wise: law checks pass, accepted length falls below the
