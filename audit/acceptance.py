@@ -48,7 +48,8 @@ def mean_of_law(law: np.ndarray | None) -> float | None:
 def chain_accepted_length_laws(target, draft, prompt_ids: torch.Tensor, target_params: SamplingParams,
                                draft_params: SamplingParams, *, num_draft_tokens: int, scheme: str,
                                processing: LogitsProcessing = BUILTIN_PROCESSING,
-                               max_paths: int = 500_000) -> tuple[np.ndarray | None, np.ndarray]:
+                               max_paths: int = 500_000,
+                               acceptance_law=acceptance_law) -> tuple[np.ndarray | None, np.ndarray]:
     """The first round's accepted-length law under ``scheme``, and the token-wise optimum.
 
     Shapes: ``prompt_ids [T0] -> (law [γ + 1] or None, tokenwise [γ + 1])``, float64,
@@ -56,6 +57,10 @@ def chain_accepted_length_laws(target, draft, prompt_ids: torch.Tensor, target_p
     (large V), entries are NaN from the first unknown ``k`` on and the last known entry holds
     ``P(N >= k)`` (as :func:`~specexact.exactness.enumeration.acceptance_law`): block
     verification's ``P(N >= 1) = sum_v min(p, q)`` is the token-wise one.
+
+    ``acceptance_law`` is :func:`~specexact.exactness.enumeration.acceptance_law` (the runner
+    passes its own reference, which :func:`specexact.audit.selfcheck.cached_exact_laws`
+    memoises).
 
     Raises
     ------

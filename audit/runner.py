@@ -34,7 +34,7 @@ from specexact.decoders import (
 )
 from specexact.decoders.adapters.protocol import is_logits_level, processing_of, scheme_of
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
-from specexact.exactness.enumeration import count_sequences, encode_sequences, sequence_law
+from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
 from specexact.exactness.exact_tests import binomial_check
 from specexact.exactness.goodness_of_fit import chisquare_gof
 from specexact.exactness.results import CheckResult
@@ -248,7 +248,8 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
     checks: list[CheckResult] = []
     # The declared scheme's own law (block: larger than token-wise; lossy: none, measured).
     acc_law, tokenwise_law = chain_accepted_length_laws(target, draft, prompt, rc.target_params, rc.draft_params,
-                                                        num_draft_tokens=gamma, scheme=scheme, processing=processing)
+                                                        num_draft_tokens=gamma, scheme=scheme, processing=processing,
+                                                        acceptance_law=acceptance_law)
     if case.exact:
         law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id,
                            processing=processing)
