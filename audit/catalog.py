@@ -1,12 +1,32 @@
-"""Every case a name can select: the default (or quick) decoder-level cases, then the
-opt-in ones (``--case NAME``), and lookup by name."""
+"""Every case a name can select: the default (or quick) decoder-level cases, the tree-level
+cases, then the opt-in ones (``--case NAME``), lookup by name, and the default cases of a
+given sampler (:func:`default_cases_for`: its protocol's)."""
 
 from __future__ import annotations
 
+from specexact.decoders.adapters.protocol import protocol_of
+
 from .cases import default_cases, quick_cases
+from .tree_case import restrict_tree_case, tree_cases
 from .verify_case import verify_cases
 
-__all__ = ["opt_in_cases", "all_cases", "find_case"]
+__all__ = ["opt_in_cases", "all_cases", "find_case", "default_cases_for"]
+
+
+def default_cases_for(verifier, quick: bool = False) -> list:
+    """The cases an audit of ``verifier`` runs when none are named.
+
+    A tree-protocol sampler: every tree-protocol tree-level case
+    (:func:`~specexact.audit.tree_case.tree_cases`; those whose scheme or drafting rule it
+    does not serve are then skipped with the reason). A chain sampler: the default (or quick)
+    decoder-level cases, plus the chain tree-level cases of its declared scheme (``block-v3``
+    for a block verifier); chain cases of other schemes are not listed at all.
+    """
+    trees = tree_cases(quick=quick)
+    if protocol_of(verifier) == "tree":
+        return [c for c in trees if c.protocol == "tree"]
+    chain = quick_cases() if quick else default_cases()
+    return [*chain, *(c for c in trees if c.protocol == "chain" and restrict_tree_case(c, verifier)[0] is not None)]
 
 
 def opt_in_cases() -> list:
@@ -22,8 +42,9 @@ def opt_in_cases() -> list:
 
 
 def all_cases(quick: bool = False) -> list:
-    """The default (or quick) cases, then :func:`opt_in_cases`: every case a name can select."""
-    return [*(quick_cases() if quick else default_cases()), *opt_in_cases()]
+    """The default (or quick) cases, the tree-level cases, then :func:`opt_in_cases`: every
+    case a name can select."""
+    return [*(quick_cases() if quick else default_cases()), *tree_cases(quick=quick), *opt_in_cases()]
 
 
 def find_case(name: str, quick: bool = False):

@@ -315,6 +315,14 @@ class _Pilot:
         from specexact.decoders import speculative_generate
 
         case, prepared = self.cases[i], self.prepared[i]
+        if getattr(case, "kind", None) == "tree":  # the tree decoder (or block's chain decoder)
+            from specexact.decoders import verify
+
+            from .tree_case import reference_verifier, tree_call
+
+            tree_call(case, prepared, reference_verifier(case) if v is verify else v,
+                      torch.Generator(device=self.dev).manual_seed(0), rows)
+            return
         if _is_verify(case):
             from dataclasses import replace
 

@@ -18,7 +18,8 @@ from .decisions_checks import DECISION_CHECKS
 from .diagnosis import diagnose
 from .verify_case import VERIFY_CHECKS
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms", "add_diagnosis"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms", "add_diagnosis",
+           "acceptance_rows", "lossy_measurements", "under_accepting"]
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
@@ -32,9 +33,27 @@ def _checks_of(config: dict) -> int:
     return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1]) + DECISION_CHECKS
 
 
+def _is_accepted_length(chk: dict) -> bool:
+    return chk["name"].startswith("accepted_length")
+
+
+def under_accepting(case: dict, chk: dict) -> bool:
+    """Whether a failing accepted-length check is *exact but under-accepting*: every other
+    check of its case (the law checks: sequences, tokens, independence) passed, and the mean
+    accepted length fell below the scheme's own law's (for a token-wise sampler, the
+    token-wise optimum)."""
+    if chk["passed"] or not _is_accepted_length(chk):
+        return False
+    if any(not c["passed"] for c in case["checks"] if not _is_accepted_length(c)):
+        return False
+    d = chk.get("details") or {}
+    mean, expected = d.get("mean_accepted_length"), d.get("expected_mean_accepted_length")
+    return isinstance(mean, (int, float)) and isinstance(expected, (int, float)) and mean < expected
+
+
 def _finding_kind(case: dict, chk: dict) -> str:
     if chk["name"] != "defect":
-        return "inexactness"
+        return "under_accepting" if under_accepting(case, chk) else "inexactness"
     kind = (chk.get("details") or {}).get("kind")
     if kind in ("timeout", "crash"):
         return kind
@@ -124,6 +143,40 @@ def accepted_length_histograms(checks: Sequence[dict]) -> list[dict]:
     return out
 
 
+def acceptance_rows(checks: Sequence[dict]) -> list[dict]:
+    """Every accepted-length check's means: observed, the declared scheme's law and the
+    token-wise optimum (chain cases), with a note where a sampler that is exact for its scheme
+    accepts less than token-wise verification would (``sample_compare``, by design)."""
+    rows = []
+    for chk in checks:
+        if not _is_accepted_length(chk):
+            continue
+        d = chk.get("details") or {}
+        mean, own = d.get("mean_accepted_length"), d.get("expected_mean_accepted_length")
+        optimum = d.get("tokenwise_optimum_mean_accepted_length")
+        note = None
+        if chk["passed"] and isinstance(own, (int, float)) and isinstance(optimum, (int, float)) \
+                and own < optimum - 1e-9:
+            note = (f"exact for its scheme {d.get('scheme')!r}, which accepts less than token-wise verification: "
+                    f"mean accepted length {mean:.4g} (its law {own:.4g}) vs the token-wise optimum {optimum:.4g}")
+        rows.append({"case": chk["case"], "check": chk["name"], "scheme": d.get("scheme", "tokenwise"),
+                     "passed": bool(chk["passed"]), "measured": bool(d.get("measured", False)),
+                     "mean_accepted_length": mean, "expected_mean_accepted_length": own,
+                     "tokenwise_optimum_mean_accepted_length": optimum, "note": note})
+    return rows
+
+
+def lossy_measurements(checks: Sequence[dict]) -> list[dict]:
+    """The measured TVs of a lossy sampler (checks whose ``details`` hold ``lossy_tv``)."""
+    out = []
+    for chk in checks:
+        tv = (chk.get("details") or {}).get("lossy_tv")
+        if isinstance(tv, dict):
+            out.append({"case": chk["case"], "check": chk["name"],
+                        **{k: tv.get(k) for k in ("estimate", "lower", "upper", "delta", "n", "num_cells", "law")}})
+    return out
+
+
 def build_report(
     case_dicts: Sequence[dict],
     *,
@@ -160,6 +213,14 @@ def build_report(
             message = (chk.get("details") or {}).get("message") or (
                 f"{chk['name']}: p={float(chk['pvalue']):.3g} <= {alpha:.3g}"
                 + (f" — {chk['description']}" if chk.get("description") else ""))
+            if kind == "under_accepting":
+                d = chk["details"]
+                optimum = d.get("tokenwise_optimum_mean_accepted_length")
+                message = (f"{chk['name']}: under-accepting: every law check of the case passes, but the mean "
+                           f"accepted length {d['mean_accepted_length']:.4g} is below its "
+                           f"{d.get('scheme', 'tokenwise')} law's {d['expected_mean_accepted_length']:.4g}"
+                           + (f" (token-wise optimum {optimum:.4g})" if isinstance(optimum, (int, float)) else "")
+                           + f"; p={float(chk['pvalue']):.3g} <= {alpha:.3g}")
             findings.append({
                 "case": case["name"],
                 "check": chk["name"],
@@ -188,7 +249,10 @@ def build_report(
         "checks": flat,
         "findings": findings,
         "accepted_length": accepted_length_histograms(flat),
+        "acceptance": acceptance_rows(flat),
+        "lossy_measurements": lossy_measurements(flat),
     }
+    report["notes"] = [f"{r['case']} / {r['check']}: {r['note']}" for r in report["acceptance"] if r["note"]]
     if shards is not None:
         report["shards"] = shards
     add_diagnosis(report)

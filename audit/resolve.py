@@ -19,7 +19,7 @@ import torch
 from specexact.decoders.adapters.protocol import is_logits_level, processing_of, scheme_of
 from specexact.decoders.processing import LogitsProcessing
 
-from .cases import default_cases
+from .catalog import default_cases_for
 from .environment import environment, sampler_package
 from .runner import checks_per_case, restrict_to_sampler
 from .samplers import sampler_metadata
@@ -166,7 +166,7 @@ def resolve_audit(verifier, settings: AuditSettings) -> ResolvedAudit:
         No case can drive this sampler (the message gives each case's reason), or two
         cases share a name.
     """
-    all_cases = list(default_cases() if settings.cases is None else settings.cases)
+    all_cases = list(default_cases_for(verifier) if settings.cases is None else settings.cases)
     # A logits-level sampler that does not implement an operation (e.g. no presence
     # penalty) cannot be audited on a class that needs it: drop the class (the whole case
     # when no class is left), say why.

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -47,13 +46,16 @@ from specexact.exactness.goodness_of_fit import chisquare_gof
 from specexact.exactness.results import CheckResult
 from specexact.exactness.two_sample import chisquare_homogeneity
 
+from .acceptance import accepted_length_check, chain_accepted_length_laws
 from .case_result import CaseResult, case_seed, defect_check
 from .errors import AuditInternalError
 from .cases import AuditCase
 from .decisions import DecisionObserver
 from .decisions_checks import DECISION_CHECKS, decision_checks
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
+from .lossy import lossy_tv_check
 from .pairs import pair_checks
+from .tree_case import TREE_CHECKS_PER_CLASS, TreeCase, chain_case_reason, restrict_tree_case, run_tree_case
 from .verify_case import VERIFY_CHECKS, VerifyCase, run_verify_case
 
 __all__ = ["CaseResult", "run_case", "decision_observer", "unsupported_reason", "restrict_to_sampler", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
@@ -67,6 +69,8 @@ def checks_per_case(case: AuditCase) -> int:
     audit can split its false-fail rate in advance)."""
     if _is_verify_case(case):
         return VERIFY_CHECKS
+    if isinstance(case, TreeCase):
+        return TREE_CHECKS_PER_CLASS * len(case.row_classes)
     per_class = 4 if case.exact else 5
     return per_class * len(case.row_classes) + DECISION_CHECKS
 
@@ -134,6 +138,9 @@ def run_case(
     if runnable is None:
         raise ValueError(f"case {case.name!r} cannot audit this sampler: {reason}")
     case = runnable
+    if isinstance(case, TreeCase):  # tree / block / lossy samplers in their own decoder
+        return run_tree_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
+                             time_budget_s=time_budget_s, device=device, progress=progress, min_expected=min_expected)
     if _is_verify_case(case):
         return run_verify_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
                                time_budget_s=time_budget_s, device=device, progress=progress,
@@ -191,7 +198,7 @@ def run_case(
         for c in range(C):
             result.checks.extend(
                 _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate, min_expected,
-                              processing)
+                              processing, scheme_of(verifier))
             )
         result.checks.extend(decision_checks(observer.summary(), alpha=false_fail_rate, min_expected=min_expected))
     result.wall_time_s = time.perf_counter() - start
@@ -240,7 +247,13 @@ def decision_observer(case: AuditCase, prompts: torch.Tensor, verifier, seed: in
 def unsupported_reason(case: AuditCase, verifier) -> str | None:
     """Why some classes of ``case`` cannot audit ``verifier`` (a logits-level sampler whose
     declared operations do not cover their target parameters; any logits-level sampler on
-    a verify-level case, which hands the verifier probabilities), or ``None``."""
+    a verify-level case, which hands the verifier probabilities; a sampler of another protocol
+    or scheme than the case serves: :func:`~specexact.audit.tree_case.restrict_tree_case`,
+    :func:`~specexact.audit.tree_case.chain_case_reason`), or ``None``."""
+    if isinstance(case, TreeCase):
+        return restrict_tree_case(case, verifier)[1]
+    if (reason := chain_case_reason(case, verifier)) is not None:
+        return reason
     if _is_verify_case(case):
         return _VERIFY_LEVEL_REASON if is_logits_level(verifier) else None
     processing = processing_of(verifier)
@@ -255,8 +268,13 @@ def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, st
     Returns ``(case, None)`` when every class runs, ``(restricted case, reason)`` when some
     do (:meth:`AuditCase.restricted`: same name and seed, original class numbers), and
     ``(None, reason)`` when none does. A verify-level case runs whole or not at all (not
-    for a logits-level sampler).
+    for a logits-level sampler); so does a tree-level case, for the samplers whose protocol and
+    scheme it serves.
     """
+    if isinstance(case, TreeCase):
+        return restrict_tree_case(case, verifier)
+    if (reason := chain_case_reason(case, verifier)) is not None:
+        return None, reason
     if _is_verify_case(case):
         reason = unsupported_reason(case, verifier)
         return (None, reason) if reason is not None else (case, None)
@@ -269,7 +287,8 @@ def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, st
 
 
 def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha,
-                  min_expected=MIN_EXPECTED, processing: LogitsProcessing = BUILTIN_PROCESSING) -> list[CheckResult]:
+                  min_expected=MIN_EXPECTED, processing: LogitsProcessing = BUILTIN_PROCESSING,
+                  scheme: str = "tokenwise") -> list[CheckResult]:
     alpha_chi2 = alpha / CHI2_TAIL_INFLATION
     C = len(case.row_classes)
     rc = case.row_classes[c]
@@ -281,8 +300,10 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
     acc = accepted[:, c::C].reshape(-1).numpy()
     gamma = case.num_draft_tokens
     checks: list[CheckResult] = []
-    acc_law = acceptance_law(target, draft, prompt, rc.target_params, rc.draft_params,
-                             num_draft_tokens=gamma, max_paths=500_000, target_processing=processing)
+    # The declared scheme's own law (block: larger than token-wise; lossy: none, measured).
+    acc_law, tokenwise_law = chain_accepted_length_laws(target, draft, prompt, rc.target_params, rc.draft_params,
+                                                        num_draft_tokens=gamma, scheme=scheme, processing=processing,
+                                                        acceptance_law=acceptance_law)
     if case.exact:
         law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id,
                            processing=processing)
@@ -298,9 +319,13 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
             counts = np.concatenate([counts, off_counts])
             probs = np.concatenate([probs, np.zeros(len(rows))])
             labels = labels + [" ".join(str(t) for t in row if t >= 0) for row in rows]
-        checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha_chi2, labels=labels,
-                                    min_expected=min_expected,
-                                    name=f"sequence_law[{label}]"))
+        if scheme == "lossy":  # measured, not tested
+            checks.append(lossy_tv_check(counts, probs, false_fail_rate=alpha, min_expected=min_expected,
+                                         name=f"lossy_tv[{label}]"))
+        else:
+            checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha_chi2, labels=labels,
+                                        min_expected=min_expected,
+                                        name=f"sequence_law[{label}]"))
         codes = codes.reshape(nb, R)
     else:
         p0 = processing(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
@@ -314,23 +339,18 @@ def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha
         ca = np.bincount(inv[: len(spec_codes)], minlength=len(support))
         cb = np.bincount(inv[len(spec_codes):], minlength=len(support))
         checks.append(chisquare_homogeneity(ca, cb, false_fail_rate=alpha_chi2, min_expected=min_expected,
-                                            name=f"sequences_vs_naive[{label}]"))
+                                            name=f"sequences_vs_naive[{label}]", outcome_codes=support))
         codes = flat[:, 0].numpy().reshape(nb, R)
-    if np.isnan(acc_law).any():
+    if acc_law is not None and np.isnan(acc_law).any():
         at_least_one = float(1.0 - acc_law[0])
         checks.append(binomial_check(int((acc >= 1).sum()), int(acc.size), at_least_one,
                                      false_fail_rate=alpha, name=f"first_acceptance[{label}]"))
     else:
-        obs = np.bincount(np.clip(acc, 0, gamma), minlength=gamma + 1)
-        res = chisquare_gof(obs, acc_law, false_fail_rate=alpha_chi2, min_expected=min_expected,
-                            labels=[f"N={k}" for k in range(gamma + 1)], name=f"accepted_length[{label}]")
-        # Unbinned counts for plots and baselines; means for reading (the test is on the law).
-        checks.append(replace(res, details={
-            **res.details,
-            "observed_counts": obs.astype(int).tolist(),
-            "expected_probs": [float(x) for x in acc_law],
-            "mean_accepted_length": float(acc.mean()),
-            "expected_mean_accepted_length": float(np.dot(np.arange(gamma + 1), acc_law)),
-        }))
+        # Unbinned counts for plots and baselines; means (the scheme's and the token-wise
+        # optimum) for reading and for the report's under-acceptance finding.
+        checks.append(accepted_length_check(acc, acc_law, scheme=scheme, max_accepted=gamma,
+                                            false_fail_rate=alpha if acc_law is None else alpha_chi2,
+                                            min_expected=min_expected, name=f"accepted_length[{label}]",
+                                            tokenwise_law=tokenwise_law))
     checks.extend(pair_checks(codes, alpha, label))
     return checks

@@ -4,7 +4,11 @@ Each entry is a plain per-row *decision program* ``program(row, rng) -> Emitted`
 :mod:`specexact.exactness.program_law`: its randomness is ``rng.bernoulli`` / ``rng.categorical``),
 so its exact law is known by enumeration (:func:`exact_discrepancy`), and it runs as a batched
 sampler with the tree or chain protocol through :data:`WRONG_SAMPLERS` / :data:`CORRECT_SAMPLERS`
-(e.g. ``specexact.audit.zoo_tree:WRONG_SAMPLERS['rrs_residual_not_updated']``).
+(e.g. ``specexact.audit.zoo_tree:WRONG_SAMPLERS['rrs_residual_not_updated']``), each declaring
+its protocol and scheme, so the audit drives it with its tree-level cases
+(:mod:`specexact.audit.tree_case`). The block entries also have a batched form
+(:func:`batched_block`, the same decisions on the same uniforms), which is what their
+samplers run (the row-by-row programs take seconds per 2048-row call).
 
 Wrong (each plants one bug; its emitted law differs from the target's):
 
@@ -37,7 +41,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import torch
 
+from specexact.decoders.adapters.protocol import Capabilities
+from specexact.decoders.tree._draw import check_generator, draw, normalised, uniforms_or_draw
+from specexact.decoders.tree.block import block_verification_weights
+from specexact.decoders.tree.samplers import TreeSampler
 from specexact.exactness.program_law import DecisionRNG
 from specexact.exactness.tree_laws import (
     SCHEME_PROGRAMS,
@@ -54,7 +63,8 @@ from specexact.exactness.tree_laws import (
     tree_verifier_from_program,
 )
 
-__all__ = ["ZooEntry", "Discrepancy", "WRONG", "CORRECT", "WRONG_SAMPLERS", "CORRECT_SAMPLERS", "exact_discrepancy"]
+__all__ = ["ZooEntry", "Discrepancy", "WRONG", "CORRECT", "WRONG_SAMPLERS", "CORRECT_SAMPLERS", "exact_discrepancy",
+           "batched_block"]
 
 
 def _ratio(r_x: float, q_x: float) -> float:
@@ -199,6 +209,48 @@ def block_forward_scan(row: TreeRow, rng: DecisionRNG) -> Emitted:
     return _block(row, rng, first_failure=False, tokenwise_residual=False)
 
 
+# --- batched forms of the block programs (the per-row programs are slow on 2048-row calls) ---
+
+def batched_block(*, first_failure: bool, tokenwise_residual: bool) -> Callable:
+    """A chain-protocol sampler computing :func:`_block` for all rows at once.
+
+    ``verify(draft_token_ids [B, K], draft_probs [B, K, V], target_probs [B, K+1, V], generator,
+    *, uniforms=None, final_uniforms=None) -> [B, K+1]``. Row ``b`` returns what the per-row
+    program returns when its ``i``-th ``bernoulli`` compares ``uniforms[b, i]`` and its one
+    ``categorical`` draws by inverse CDF at ``final_uniforms[b]`` (``tests/audit/test_zoo_tree.py``
+    checks that), so its law is the program's exact law (:func:`exact_discrepancy`).
+    """
+
+    def verify(draft_token_ids, draft_probs, target_probs, generator=None, *, uniforms=None, final_uniforms=None):
+        check_generator(generator)
+        bw = block_verification_weights(draft_token_ids, draft_probs, target_probs)
+        B, K = draft_token_ids.shape
+        device = target_probs.device
+        eta = uniforms_or_draw(uniforms, (B, K), "uniforms", generator, device)
+        hit = eta < bw.stop_probs  # [B, K]: eta_i < h_i
+        positions = torch.arange(1, K + 1, device=device)[None, :]
+        if first_failure:  # the bug: stop at the first eta_i >= h_i
+            tau = hit.long().cumprod(1).sum(1)
+        else:  # the last i with eta_i < h_i
+            tau = torch.where(hit, positions, 0).amax(1)
+        rows = torch.arange(B, device=device)
+        p, q = normalised(target_probs), normalised(draft_probs)
+        p_tau = p[rows, tau]
+        weight = torch.ones(B, dtype=torch.float64, device=device) if tokenwise_residual else bw.weights[rows, tau]
+        residual = (weight[:, None] * p_tau - q[rows, tau.clamp(max=K - 1)]).clamp_min(0)
+        law = torch.where((tau < K)[:, None], residual, p_tau)
+        law = torch.where((law.sum(-1) <= 0)[:, None], p_tau, law)
+        last = draw(law, uniforms_or_draw(final_uniforms, (B,), "final_uniforms", generator, device))
+        out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
+        out[:, :K] = torch.where(positions - 1 < tau[:, None], draft_token_ids.long(), -1)
+        out[rows, tau] = last
+        return out
+
+    verify.__name__ = ("block_first_failure" if first_failure else "block") + (
+        "_tokenwise_residual" if tokenwise_residual else "") + "_batched"
+    return verify
+
+
 # --- registry ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -216,6 +268,9 @@ class ZooEntry:
         i.e. the reference its laws are compared with.
     drafting : str
         The drafting rule it is meant for (``"top_k"`` for the target-only rule).
+    batched : callable, optional
+        A batched sampler computing the same program for all rows at once (its sampler
+        then; :func:`batched_block`), else the program runs row by row.
     """
 
     name: str
@@ -223,31 +278,47 @@ class ZooEntry:
     protocol: str
     scheme: str
     drafting: str = "iid"
+    batched: Callable | None = None
 
 
 WRONG = {e.name: e for e in (
     ZooEntry("rrs_residual_not_updated", rrs_residual_not_updated, "tree", "tree"),
     ZooEntry("tree_child_against_parent_law", tree_child_against_parent_law, "tree", "tree"),
     ZooEntry("multi_draft_resample_target", multi_draft_resample_target, "tree", "multi_draft"),
-    ZooEntry("block_tokenwise_residual", block_tokenwise_residual, "chain", "block"),
-    ZooEntry("block_first_failure", block_first_failure, "chain", "block"),
+    ZooEntry("block_tokenwise_residual", block_tokenwise_residual, "chain", "block",
+             batched=batched_block(first_failure=False, tokenwise_residual=True)),
+    ZooEntry("block_first_failure", block_first_failure, "chain", "block",
+             batched=batched_block(first_failure=True, tokenwise_residual=False)),
 )}
 CORRECT = {e.name: e for e in (
     ZooEntry("rrs_unnormalised", rrs_unnormalised, "tree", "tree"),
     ZooEntry("target_only_sequential_coins", target_only_sequential_coins, "tree", "tree_target_only", "top_k"),
-    ZooEntry("block_forward_scan", block_forward_scan, "chain", "block"),
+    ZooEntry("block_forward_scan", block_forward_scan, "chain", "block",
+             batched=batched_block(first_failure=False, tokenwise_residual=False)),
 )}
 
 
-def _sampler(entry: ZooEntry):
+#: The scheme each zoo entry declares in its Capabilities (the reference it is judged by).
+_DECLARED_SCHEME = {"tree": "tree", "multi_draft": "multi_draft", "block": "block", "tree_target_only": "tree"}
+
+
+def _sampler(entry: ZooEntry) -> TreeSampler:
     make = tree_verifier_from_program if entry.protocol == "tree" else chain_verifier_from_program
-    return make(entry.program)
+    # The target-only rule is exact for distinct siblings and has recursive rejection
+    # sampling's accepted length on deterministic trees only: it declares top-k drafting.
+    drafting = ("top_k",) if entry.scheme == "tree_target_only" else ()
+    caps = Capabilities(max_batch_size=None, dtypes=(torch.float64,), devices=("cpu",), randomness="generator",
+                        scheme=_DECLARED_SCHEME[entry.scheme], protocol=entry.protocol, tree_drafting=drafting,
+                        notes=f"specexact.audit.zoo_tree entry {entry.name!r} (per-row decision program)")
+    fn = entry.batched if entry.batched is not None else make(entry.program)
+    return TreeSampler(entry.name, caps, fn, paper="specexact.audit.zoo_tree")
 
 
 WRONG_SAMPLERS = {name: _sampler(e) for name, e in WRONG.items()}
-"""The wrong entries as batched samplers with their protocol (one row at a time)."""
+"""The wrong entries as batched samplers (:class:`~specexact.decoders.tree.TreeSampler`, one row
+at a time) declaring their protocol and scheme, so the audit drives them with their cases."""
 CORRECT_SAMPLERS = {name: _sampler(e) for name, e in CORRECT.items()}
-"""The correct entries as batched samplers with their protocol."""
+"""The correct entries as batched samplers declaring their protocol and scheme."""
 
 
 @dataclass(frozen=True)

@@ -102,9 +102,12 @@ def _device(name: str | None):
 def _cases(args):
     from specexact.audit import default_cases, quick_cases
     from specexact.audit.catalog import opt_in_cases
+    from specexact.audit.tree_case import tree_cases
 
     cases = quick_cases() if args.quick else default_cases()
-    extra = opt_in_cases()  # run only when named with --case
+    # Tree-level cases: the defaults of tree-protocol samplers (and block-v3 of block ones);
+    # opt-in cases run only when named with --case.
+    extra = [*tree_cases(quick=args.quick), *opt_in_cases()]
     if args.case:
         names = {c.name for c in [*cases, *extra]}
         unknown = [n for n in args.case if n not in names]
@@ -257,7 +260,12 @@ def audit_command(args) -> int:
         for c in cases:
             print(f"{c.name}: {case_summary(c)}")
         for c in extra:
-            if c not in cases:
+            if c in cases:
+                continue
+            if getattr(c, "kind", None) == "tree":
+                print(f"{c.name} ({c.protocol}-protocol samplers of schemes {', '.join(c.schemes)}): "
+                      f"{case_summary(c)}")
+            else:
                 print(f"{c.name} (only with --case {c.name}): {case_summary(c)}")
         return EXIT_PASS
     _validate(args)
@@ -287,6 +295,10 @@ def audit_command(args) -> int:
         verifier, target = resolve_sampler(args.sampler)
     except SamplerError as exc:
         raise CliError(str(exc)) from exc
+    if not args.case:  # the sampler's protocol decides the default cases (tree samplers: tree cases)
+        from specexact.audit.catalog import default_cases_for
+
+        cases = default_cases_for(verifier, quick=args.quick)
     restricted = [(c, *restrict_to_sampler(c, verifier)) for c in cases]
     if all(rc is None for _, rc, _ in restricted):
         reasons = [f"{c.name}: {r}" for c, _, r in restricted if r is not None]

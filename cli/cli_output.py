@@ -135,12 +135,21 @@ def print_table(report: dict) -> None:
     shard = report["settings"].get("shard")
     if shard:
         title += f" (shard {shard['index']}/{shard['count']})"
+    from specexact.reports.certified import certified_tv_text, lossy_interval_text
+
     table = Table(title=title)
-    for col in ("case / check", "method", "n", "p-value", "detectable TV", "verdict"):
+    for col in ("case / check", "method", "n", "p-value", "detectable TV", "certified TV ≤", "verdict"):
         table.add_column(col, no_wrap=True)
     for chk in report["checks"]:
+        measured = (chk.get("details") or {}).get("measured")
         table.add_row(escape(f"{chk['case']} / {chk['name']}"), chk["method"], f"{chk['n']:,}", f"{chk['pvalue']:.3g}",
-                      fmt_tv(chk["detectable_tv"]), "pass" if chk["passed"] else "[red]FAIL[/]")
+                      fmt_tv(chk["detectable_tv"]), certified_tv_text(chk),
+                      "measured" if measured else ("pass" if chk["passed"] else "[red]FAIL[/]"))
     out = Console()
-    out.width = max(out.width, 110)
+    out.width = max(out.width, 150)
     out.print(table)
+    for row in report.get("lossy_measurements") or []:
+        out.print(f"lossy: {escape(row['case'])} / {escape(row['check'])}: TV from the target "
+                  f"{lossy_interval_text(row)} ({row['law']} law, {row['num_cells']} cells, n={row['n']:,})")
+    for note in report.get("notes") or []:
+        out.print(f"note: {escape(note)}")

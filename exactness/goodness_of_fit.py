@@ -19,6 +19,20 @@ from ._validate import (
 )
 from .power import min_detectable_tv_chisquare
 from .results import MAX_WORST, CheckResult
+from .tv_bounds import certified_tv_bound
+
+#: The full law is certified when it has at most ``n / FULL_LAW_SAMPLES_PER_CELL`` outcomes.
+FULL_LAW_SAMPLES_PER_CELL = 100
+#: Cells of the coarse partition certified beside the check's own bins (each holds >= 1/32
+#: of the reference mass): few cells, so small TVs can be certified (the deviation term of
+#: the bound grows like sqrt(cells / n)).
+CERTIFIED_COARSE_BINS = 32
+
+CERTIFIED_SEMANTICS = (
+    "certified_tv.upper bounds the TV between the sampler's law on these cells and the reference's: "
+    "if that TV were larger, this check would pass with this bound with probability at most delta "
+    "(= the check's false-fail rate); i.i.d. samples; cells fixed by the reference law and n only")
+"""What ``details["certified_tv"]`` means (see :func:`certificates`)."""
 
 #: Largest number of Monte Carlo replicates drawn at once (times the number of bins).
 _MONTE_CARLO_CELLS_PER_BATCH = 1 << 22
@@ -139,6 +153,42 @@ def support_violation(counts, probs, outcome_labels, *, details: dict, common: d
     )
 
 
+def certificates(counts: np.ndarray, probs: np.ndarray, bins: np.ndarray, num_bins: int, *,
+                 delta: float) -> dict:
+    """Certified TV upper bounds from the counts of a passing goodness-of-fit check.
+
+    Shapes: ``counts [M]`` int, ``probs [M]`` float64, ``bins [M]`` (the check's
+    :func:`binned_law`). Returns ``details`` entries:
+
+    - ``certified_tv``: :func:`~.tv_bounds.certified_tv_bound` at ``delta`` on the *full* law
+      (every outcome of positive reference probability its own cell) when it has at most
+      ``n / FULL_LAW_SAMPLES_PER_CELL`` outcomes, else on the check's bins (the *binned* law);
+    - ``certified_tv_coarse`` (when those cells are more than :data:`CERTIFIED_COARSE_BINS`):
+      the same bound on a partition of at most 32 bins of >= 1/32 reference mass each, which
+      certifies smaller TVs of a coarser law.
+
+    Each dict is :meth:`~.tv_bounds.TVBound.to_dict` plus ``partition`` (in words) and
+    ``semantics`` (:data:`CERTIFIED_SEMANTICS`). Every partition depends on the reference law
+    and ``n`` only, never on the counts, as the bound requires; each bound holds at ``delta``
+    on its own.
+    """
+    n = int(counts.sum())
+    support = int(np.count_nonzero(probs > 0))
+    if support * FULL_LAW_SAMPLES_PER_CELL <= n:
+        main, partition, cells = certified_tv_bound(counts, probs, delta=delta), "every outcome", support
+    else:
+        main = certified_tv_bound(counts, probs, delta=delta, bins=bins)
+        partition, cells = f"the check's {num_bins} bins", num_bins
+    out = {"certified_tv": {**main.to_dict(), "partition": partition, "semantics": CERTIFIED_SEMANTICS}}
+    if cells > CERTIFIED_COARSE_BINS:
+        coarse = certified_tv_bound(counts, probs, delta=delta,
+                                    bins=_binned_law(probs, n, n / CERTIFIED_COARSE_BINS))
+        out["certified_tv_coarse"] = {**coarse.to_dict(), "semantics": CERTIFIED_SEMANTICS,
+                                      "partition": f"<= {CERTIFIED_COARSE_BINS} bins of >= 1/{CERTIFIED_COARSE_BINS} "
+                                                   "reference mass each"}
+    return out
+
+
 def _pearson_statistic(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Pearson statistic along the last axis (vectorised for Monte Carlo replicates)."""
     return np.sum((counts - expected) ** 2 / expected, axis=-1)
@@ -213,7 +263,10 @@ def chisquare_gof(
         probable outcome and the number of further outcomes in it; on a support
         violation it holds the offending outcomes with their counts and expectation 0.
         ``detectable_tv`` is the TV distance between the *binned* laws detected with
-        power ``1 - false_pass_rate`` (``math.inf`` with fewer than two bins).
+        power ``1 - false_pass_rate`` (``math.inf`` with fewer than two bins). A passing
+        check's ``details`` also hold ``certified_tv`` (and ``certified_tv_coarse``): a
+        certified upper bound on the TV from the reference at ``delta = false_fail_rate``
+        (:func:`certificates`).
 
     Raises
     ------
@@ -314,7 +367,7 @@ def chisquare_gof(
             dof=0,
             passed=True,
             worst=(),
-            details=details,
+            details={**details, **certificates(counts, probs, bins, num_bins, delta=alpha)},
             description=(
                 f"Support check passed; all outcomes fit in {num_bins} bin(s) of >= "
                 f"{min_expected:g} expected counts at n={n}, so the chi-square test has no "
@@ -345,6 +398,8 @@ def chisquare_gof(
         result = stats.chisquare(binned_counts, expected)
         statistic, pvalue, method = float(result.statistic), float(result.pvalue), "asymptotic"
         how = f"the chi-square law with {dof} degrees of freedom"
+    if pvalue > alpha:  # a passing check also says how close the law is
+        details.update(certificates(counts, probs, bins, num_bins, delta=alpha))
     return CheckResult(
         method=method,
         statistic=statistic,

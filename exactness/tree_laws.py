@@ -11,7 +11,8 @@ of the round's emitted tokens. From it:
 - :func:`accepted_length_law`: the round's accepted-length law (its emitted length minus 1);
   closed forms for the schemes that have one: :func:`tokenwise_accepted_length_law`
   (``P(N >= i) = sum prod min(p, q)``), :func:`block_accepted_length_law` (``P(tau >= i) =
-  E[w_i]``, larger), :func:`target_only_accepted_length_law` (a deterministic tree);
+  E[w_i]``, larger), :func:`target_only_accepted_length_law` (a deterministic tree), and a
+  level recursion for recursive rejection sampling, :func:`rrs_accepted_length_law`;
 - :func:`complete_with_target`: the round's output continued by target sampling to a fixed
   length; a scheme is lossless iff this equals :func:`target_sequence_law` (the round's own
   statement of exactness);
@@ -55,6 +56,7 @@ __all__ = [
     "tokenwise_accepted_length_law",
     "block_accepted_length_law",
     "target_only_accepted_length_law",
+    "rrs_accepted_length_law",
     "target_sequence_law",
     "complete_with_target",
     "generation_law",
@@ -121,23 +123,32 @@ class PrefixLaws:
 
     @classmethod
     def from_models(cls, target, draft, prompt_ids: torch.Tensor, target_params: SamplingParams,
-                    draft_params: SamplingParams | None = None) -> "PrefixLaws":
+                    draft_params: SamplingParams | None = None, *,
+                    target_processing: Callable | None = None) -> "PrefixLaws":
         """The toy models' processed laws after ``prompt_ids`` (shape ``[T0]``) and a prefix,
         in float64 through :func:`~specexact.decoders.process_logits` with the prefix as the
-        penalty history (as the decoders do)."""
+        penalty history (as the decoders do).
+
+        ``target_processing`` (a :class:`~specexact.decoders.processing.LogitsProcessing`,
+        default the built-in pipeline) processes the target side, as a logits-level sampler
+        declares; the draft side is always the built-in pipeline (the decoder's own).
+        """
         t64, d64 = target.to(dtype=torch.float64), draft.to(dtype=torch.float64)
         prompt = prompt_ids.reshape(1, -1).to(t64.device)
         d_params = target_params if draft_params is None else draft_params
 
-        def law(model, params):
+        def law(model, params, processing):
             def fn(prefix):
                 hist = torch.tensor([list(prefix)], dtype=torch.int64, device=prompt.device).reshape(1, len(prefix))
                 ids = torch.cat([prompt, hist], 1)
                 logits = model(ids, torch.tensor([[ids.shape[1] - 1]], device=prompt.device))[:, 0]
-                return process_logits(logits, batch_params(params, 1, prompt.device), hist)[0].cpu().numpy()
+                bp = batch_params(params, 1, prompt.device)
+                out = (process_logits(logits, bp, hist) if processing is None
+                       else processing(logits, bp, hist, prompt))
+                return out[0].cpu().numpy()
             return fn
 
-        return cls(law(t64, target_params), law(d64, d_params), t64.vocab_size)
+        return cls(law(t64, target_params, target_processing), law(d64, d_params, None), t64.vocab_size)
 
 
 class Emitted(NamedTuple):
@@ -532,6 +543,88 @@ def block_accepted_length_law(laws: PrefixLaws, gamma: int, prefix: Sequence[int
         layer = nxt
         at_least.append(sum(pq * w for pq, w in layer.values()))
     return _at_least_to_law(at_least)
+
+
+def rrs_accepted_length_law(laws: PrefixLaws, branching: Sequence[int], drafting: str = "iid",
+                            prefix: Sequence[int] = ()) -> np.ndarray:
+    """``P(accepted = k)``, ``k = 0..D``, of recursive rejection sampling (:func:`rrs_program`)
+    on a full draft tree (:func:`draft_tree`), by a recursion over the tree's levels.
+
+    At a node ``u`` (path ``s``, depth ``l``) with ``k = branching[l]`` children: for every
+    sequence of child tokens ``x_1 .. x_k`` (drawn by ``drafting`` from ``q_s``, with its
+    probability), the walk accepts child ``j`` with probability
+    ``prod_{i<j} (1 - a_i) a_j``, ``a_i = min(1, r_i(x_i) / q_i(x_i))`` with the residual
+    ``r`` updated after each rejection as :func:`rrs_program` does; an accepted child ``j``
+    adds one to the accepted length of its own subtree (path ``s + (x_j,)``). Subtrees are
+    drawn independently given their roots, so the law is the mixture of the children's laws
+    shifted by one. It equals ``accepted_length_law(round_law(laws, rrs_program, ...), D)``
+    at a cost of ``V^k`` per distinct path instead of one program run per decision path of
+    every whole tree.
+
+    Shape: ``-> [D + 1]`` float64.
+
+    Raises
+    ------
+    ValueError
+        On an unknown ``drafting`` or a bad ``branching``.
+    """
+    if drafting not in ("iid", "without_replacement", "top_k"):
+        raise ValueError(f"drafting must be 'iid', 'without_replacement' or 'top_k', got {drafting!r}")
+    branching = tuple(int(k) for k in branching)
+    full_tree_parents(branching)  # validates branching
+    D = len(branching)
+    memo: dict[tuple, np.ndarray] = {}
+
+    def children(q: np.ndarray, k: int):
+        """``(probability, tokens, rows)`` of every draw of ``k`` children from ``q``."""
+        if drafting == "top_k":
+            order = np.argsort(-q, kind="stable")[:k]
+            rows = []
+            for x in order:
+                row = np.zeros_like(q)
+                row[x] = 1.0
+                rows.append(row)
+            yield 1.0, [int(x) for x in order], rows
+            return
+        stack = [(1.0, [], [], q.copy())]
+        while stack:
+            w, toks, rows, remaining = stack.pop()
+            if len(toks) == k:
+                yield w, toks, rows
+                continue
+            row = q if drafting == "iid" or remaining.sum() <= 0 else remaining / remaining.sum()
+            for x in np.flatnonzero(row > 0):
+                rest = remaining.copy()
+                rest[x] = 0.0
+                stack.append((w * float(row[x]), toks + [int(x)], rows + [row], rest))
+
+    def law_at(path: tuple, level: int) -> np.ndarray:
+        key = (path, level)
+        if key in memo:
+            return memo[key]
+        out = np.zeros(D + 1)
+        if level == D:
+            out[0] = 1.0
+            memo[key] = out
+            return out
+        p, q = laws.target(tuple(prefix) + path), laws.draft(tuple(prefix) + path)
+        for w, toks, rows in children(q, branching[level]):
+            r, reach = p, 1.0
+            for x, row in zip(toks, rows):
+                a = _ratio_prob(r[x], row[x])
+                if a > 0:
+                    out[1:] += w * reach * a * law_at(path + (x,), level + 1)[:-1]
+                reach *= 1.0 - a
+                if reach <= 0:
+                    break
+                res = np.maximum(r - row, 0.0)
+                if res.sum() > 0:
+                    r = res / res.sum()
+            out[0] += w * reach
+        memo[key] = out
+        return out
+
+    return law_at((), 0)
 
 
 def target_only_accepted_length_law(laws: PrefixLaws, branching: Sequence[int],

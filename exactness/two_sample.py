@@ -11,6 +11,10 @@ from ._validate import check_counts, check_labels, check_name, check_positive_fi
 from .goodness_of_fit import _bin_labels, _binned_law, _worst_bins
 from .power import min_detectable_tv_chisquare
 from .results import CheckResult
+from .tv_bounds import certified_tv_bound_two_sample, hash_bins
+
+#: Bins of the fixed hash partition the two-sample certified bound uses.
+CERTIFIED_HASH_BINS = 32
 
 
 def chisquare_homogeneity(
@@ -22,6 +26,7 @@ def chisquare_homogeneity(
     min_expected: float = 50.0,
     labels=None,
     name: str = "homogeneity",
+    outcome_codes=None,
 ) -> CheckResult:
     """Test whether two count vectors over the same outcomes come from one law.
 
@@ -43,6 +48,10 @@ def chisquare_homogeneity(
         Outcome names; default: outcome indices.
     name : str, default "homogeneity"
         Name of the check.
+    outcome_codes : array_like of int, shape (M,), optional
+        A fixed integer code of each outcome (e.g. :func:`~.enumeration.encode_sequences`),
+        for the certified bound's partition; default: the outcome's index, which is fixed
+        only if the outcome list itself does not depend on the counts.
 
     Returns
     -------
@@ -52,7 +61,11 @@ def chisquare_homogeneity(
         contribution to the statistic (summed over both samples) as ``(label,
         observed count in sample a, expected count in sample a under homogeneity)``.
         ``detectable_tv`` is the TV distance between the two *binned* laws detected with
-        power ``1 - false_pass_rate`` (``math.inf`` with fewer than two bins).
+        power ``1 - false_pass_rate`` (``math.inf`` with fewer than two bins). A passing
+        check's ``details["certified_tv"]`` bounds the TV between the two laws binned by a
+        fixed hash of ``outcome_codes`` into :data:`CERTIFIED_HASH_BINS` bins
+        (:func:`~.tv_bounds.certified_tv_bound_two_sample` at ``delta = false_fail_rate``; the
+        test's own pooled binning depends on the counts and would void the bound).
 
     Raises
     ------
@@ -97,6 +110,14 @@ def chisquare_homogeneity(
     if n_b < 1:
         raise ValueError("counts_b must hold at least one observation, got total 0")
 
+    if outcome_codes is None:
+        codes = np.arange(a.size, dtype=np.int64)
+    else:
+        codes = np.asarray(outcome_codes)
+        if codes.shape != a.shape or not np.issubdtype(codes.dtype, np.integer):
+            raise ValueError(f"outcome_codes must be an integer array of shape {a.shape}, got "
+                             f"{codes.dtype} {codes.shape}")
+    all_a, all_b = a, b
     keep = (a + b) > 0
     a, b = a[keep], b[keep]
     kept_labels = [label for label, k in zip(outcome_labels, keep) if k]
@@ -154,6 +175,14 @@ def chisquare_homogeneity(
     bin_labels = _bin_labels(kept_labels, bins, pooled, num_bins)
     worst = _worst_bins(contributions, bin_labels, table[0], expected[0])
     pvalue = float(result.pvalue)
+    if pvalue > alpha:
+        bound = certified_tv_bound_two_sample(all_a, all_b, delta=alpha, bins=hash_bins(codes, CERTIFIED_HASH_BINS))
+        details["certified_tv"] = {
+            **bound.to_dict(),
+            "partition": f"a fixed hash of the outcome codes into {CERTIFIED_HASH_BINS} bins",
+            "semantics": ("certified_tv.upper bounds the TV between the two samples' laws on these bins: if it "
+                          "were larger, this check would pass with this bound with probability at most delta "
+                          "(= the check's false-fail rate); i.i.d. samples")}
     return CheckResult(
         method="asymptotic",
         statistic=float(result.statistic),

@@ -11,6 +11,8 @@ import base64
 import math
 from typing import Sequence
 
+from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+
 __all__ = ["render_html"]
 
 _TEMPLATE = r"""<!DOCTYPE html>
@@ -145,14 +147,37 @@ or acceptance probability, for the exact tests) that each check detects with pro
 and false-fail rate. Smaller is stronger; hatched = no guarantee at this sample size.</p>
 <table class="checks">
 <tr><th>check</th><th>method</th><th class="num">n</th><th class="num">p</th><th class="num">BH-adjusted</th>
-<th class="tv">detectable TV</th><th>verdict</th></tr>
-{% for g in check_groups %}<tr class="group"><th colspan="7"><code>{{ g.case }}</code>
+<th class="tv">detectable TV</th><th class="num">certified TV ≤</th><th>verdict</th></tr>
+{% for g in check_groups %}<tr class="group"><th colspan="8"><code>{{ g.case }}</code>
 <span class="muted">— {{ g.description }}</span></th></tr>
 {% for c in g.checks %}<tr class="{{ 'fail' if not c.passed }}"><td class="nowrap">{{ c.name }}</td><td>{{ c.method }}</td>
 <td class="num">{{ "{:,}".format(c.n) }}</td><td class="num">{{ fmt(c.pvalue) }}</td><td class="num">{{ fmt(c.bh_adjusted_pvalue) }}</td>
 <td class="tv">{% if c.tv_width is none %}<span class="bar none" style="width:40px"></span>none{% else %}<span class="bar" style="width:{{ c.tv_width }}px"></span>{{ fmt(c.detectable_tv) }}{% endif %}</td>
-<td>{% if c.passed %}pass{% else %}<b style="color:var(--fail)">FAIL</b>{% endif %}</td></tr>{% endfor %}{% endfor %}
+<td class="num">{{ c.certified }}</td>
+<td>{% if c.measured %}measured{% elif c.passed %}pass{% else %}<b style="color:var(--fail)">FAIL</b>{% endif %}</td></tr>{% endfor %}{% endfor %}
 </table>
+<p class="muted">{{ certified_note }}</p>
+
+{% if r.lossy_measurements %}<h2>Lossy measurements</h2>
+<p class="muted">The sampler declares a lossy scheme: its emitted law is measured against the target's, not tested
+(these checks pass). TV estimate (plug-in) with its confidence interval.</p>
+<table><tr><th>case</th><th>check</th><th class="num">TV from the target [interval]</th><th>law</th>
+<th class="num">cells</th><th class="num">n</th></tr>
+{% for m in r.lossy_measurements %}<tr><td><code>{{ m.case }}</code></td><td>{{ m.check }}</td>
+<td class="num">{{ lossy_text(m) }}</td><td>{{ m.law }}</td><td class="num">{{ fmt(m.num_cells) }}</td>
+<td class="num">{{ fmt(m.n) }}</td></tr>{% endfor %}
+</table>{% endif %}
+
+{% if scheme_rows %}<h2>Accepted length by scheme</h2>
+<p class="muted">Each accepted-length check is judged by the declared scheme's own exact law; the token-wise optimum
+(chain cases) is shown beside it.</p>
+<table><tr><th>case</th><th>check</th><th>scheme</th><th class="num">mean observed</th><th class="num">its law's mean</th>
+<th class="num">token-wise optimum</th></tr>
+{% for a in scheme_rows %}<tr><td><code>{{ a.case }}</code></td><td>{{ a.check }}</td><td>{{ a.scheme }}</td>
+<td class="num">{{ fmt(a.mean_accepted_length) }}</td><td class="num">{{ fmt(a.expected_mean_accepted_length) }}</td>
+<td class="num">{{ fmt(a.tokenwise_optimum_mean_accepted_length) }}</td></tr>{% endfor %}
+</table>{% endif %}
+{% for n in r.notes or [] %}<p class="note">{{ n }}</p>{% endfor %}
 
 {% if img.worst %}<h2>Observed vs expected: the {{ n_worst }} checks with the smallest p-values</h2>
 <figure><img alt="observed vs expected counts of the worst bins" src="data:image/png;base64,{{ img.worst }}">
@@ -252,7 +277,8 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
     top = max(finite) if finite else 1.0
     rows = []
     for c, tv in zip(checks, tvs):
-        rows.append({**c, "tv_width": None if not math.isfinite(tv) else max(2, round(110 * tv / top)) if top else 2})
+        rows.append({**c, "tv_width": None if not math.isfinite(tv) else max(2, round(110 * tv / top)) if top else 2,
+                     "certified": certified_tv_text(c), "measured": bool((c.get("details") or {}).get("measured"))})
     current = summarize(report)
     groups: dict[str, dict] = {}
     descriptions = {c["name"]: c.get("description", "") for c in report["cases"]}
@@ -334,6 +360,9 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
         planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
         diagnosis=_diagnosis_rows(report),
+        certified_note=CERTIFIED_TV_NOTE, lossy_text=lossy_interval_text,
+        scheme_rows=[a for a in report.get("acceptance") or []
+                     if a.get("scheme") not in (None, "tokenwise") or a.get("note")],
     )
 
 

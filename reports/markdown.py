@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+
 __all__ = ["render_markdown"]
 
 
@@ -161,14 +163,40 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
                      f"{c['num_sequences']:,} | {c.get('num_batches', '-')}{planned} | "
                      f"{_fmt(pc.get('planned_detectable_tv'))} | {c['wall_time_s']:.1f} | {_cell(c['description'])} |")
     lines += ["", "## Checks", "",
-              "| case | check | method | n | p-value | BH-adjusted | detectable TV | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| case | check | method | n | p-value | BH-adjusted | detectable TV | certified TV ≤ | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for chk in report["checks"]:
+        verdict = "measured" if (chk.get("details") or {}).get("measured") else (
+            "pass" if chk["passed"] else "**FAIL**")
         lines.append(
             f"| {_cell(chk['case'])} | {_cell(chk['name'])} | {chk['method']} | {chk['n']:,} | "
             f"{_fmt(chk['pvalue'])} | {_fmt(chk.get('bh_adjusted_pvalue'))} | "
-            f"{_fmt(chk['detectable_tv'])} | {'pass' if chk['passed'] else '**FAIL**'} |"
+            f"{_fmt(chk['detectable_tv'])} | {_cell(certified_tv_text(chk))} | {verdict} |"
         )
+    lines += ["", _cell(CERTIFIED_TV_NOTE)]
+    lossy = report.get("lossy_measurements") or []
+    if lossy:
+        lines += ["", "## Lossy measurements", "",
+                  "The sampler declares a lossy scheme: its emitted law is measured against the target's, not "
+                  "tested (these checks pass). TV estimate (plug-in) with its confidence interval.", "",
+                  "| case | check | TV from the target [interval] | law | cells | n |", "|---|---|---|---|---|---|"]
+        for row in lossy:
+            lines.append(f"| {_cell(row['case'])} | {_cell(row['check'])} | {lossy_interval_text(row)} | "
+                         f"{row['law']} | {row['num_cells']:,} | {row['n']:,} |")
+    schemes = [r for r in report.get("acceptance") or []
+               if r.get("scheme") not in (None, "tokenwise") or r.get("note")]
+    if schemes:
+        lines += ["", "## Accepted length by scheme", "",
+                  "Each accepted-length check is judged by the declared scheme's own exact law; the token-wise "
+                  "optimum (chain cases) is shown beside it.", "",
+                  "| case | check | scheme | mean observed | its law's mean | token-wise optimum |",
+                  "|---|---|---|---|---|---|"]
+        for r in schemes:
+            lines.append(f"| {_cell(r['case'])} | {_cell(r['check'])} | {_cell(r['scheme'])} | "
+                         f"{_fmt(r['mean_accepted_length'], '.4g')} | {_fmt(r['expected_mean_accepted_length'], '.4g')} | "
+                         f"{_fmt(r['tokenwise_optimum_mean_accepted_length'], '.4g')} |")
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {_cell(n)}" for n in report["notes"]]
     hists = [h for h in report.get("accepted_length", []) if h.get("observed")]
     if hists:
         lines += ["", "## Accepted lengths (first round): observed / expected", "",

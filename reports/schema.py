@@ -80,6 +80,14 @@ REPORT_SCHEMA: dict[str, Any] = {
         "shards": {"type": "array", "items": {"$ref": "#/$defs/shard_summary"}},
         "journal": {"type": "string"},
         "diagnosis": {"$ref": "#/$defs/diagnosis"},
+        "acceptance": {"type": "array", "items": {"$ref": "#/$defs/acceptance_row"},
+                       "description": "accepted-length means per check: observed, own scheme's law, token-wise "
+                                      "optimum (since 1.3)"},
+        "lossy_measurements": {"type": "array", "items": {"$ref": "#/$defs/lossy_measurement"},
+                               "description": "a lossy sampler's measured TVs with their intervals (since 1.3)"},
+        "notes": {"type": "array", "items": {"type": "string"},
+                  "description": "observations that are not failures, e.g. a scheme that accepts less than "
+                                 "token-wise verification by design (since 1.3)"},
     },
     "$defs": {
         "diagnosis": {
@@ -111,6 +119,29 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "heuristic": {"type": "boolean"},
                 "event": {"type": ["object", "null"]},
                 "replay": _NULLABLE_STRING,
+            },
+        },
+        "acceptance_row": {
+            "type": "object",
+            "required": ["case", "check", "scheme", "passed", "mean_accepted_length",
+                         "expected_mean_accepted_length", "tokenwise_optimum_mean_accepted_length", "note"],
+            "properties": {
+                "case": {"type": "string"}, "check": {"type": "string"}, "scheme": {"type": "string"},
+                "passed": {"type": "boolean"}, "measured": {"type": "boolean"},
+                "mean_accepted_length": _NULLABLE_NUMBER, "expected_mean_accepted_length": _NULLABLE_NUMBER,
+                "tokenwise_optimum_mean_accepted_length": _NULLABLE_NUMBER, "note": _NULLABLE_STRING,
+            },
+        },
+        "lossy_measurement": {
+            "type": "object",
+            "required": ["case", "check", "estimate", "lower", "upper", "delta", "n", "num_cells", "law"],
+            "properties": {
+                "case": {"type": "string"}, "check": {"type": "string"},
+                "estimate": {"type": "number", "minimum": 0, "maximum": 1},
+                "lower": {"type": "number", "minimum": 0, "maximum": 1},
+                "upper": {"type": "number", "minimum": 0, "maximum": 1},
+                "delta": _RATE, "n": {"type": "integer", "minimum": 2},
+                "num_cells": {"type": "integer", "minimum": 1}, "law": {"enum": ["full", "binned"]},
             },
         },
         "real": {
@@ -198,7 +229,7 @@ REPORT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "case": {"type": "string"},
                 "check": {"type": "string"},
-                "kind": {"enum": ["inexactness", "crash", "timeout", "protocol_violation"]},
+                "kind": {"enum": ["inexactness", "under_accepting", "crash", "timeout", "protocol_violation"]},
                 "message": {"type": "string"},
                 "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
                 "worst": {"$ref": "#/$defs/worst"},

@@ -31,6 +31,7 @@ Engine adapters (issue 14), one module per engine path; each imports without its
 
 from .protocol import (
     OPERATIONS,
+    PROTOCOLS,
     RANDOMNESS,
     SCHEMES,
     Capabilities,
@@ -41,6 +42,7 @@ from .protocol import (
     is_logits_level,
     processing_of,
     probs_to_logits,
+    protocol_of,
     scheme_of,
     seeded_global_rng,
     takes_uniforms,
@@ -52,6 +54,7 @@ __all__ = [
     "LogitsSamplerAdapter",
     "LogitsVerifyInputs",
     "OPERATIONS",
+    "PROTOCOLS",
     "RANDOMNESS",
     "SCHEMES",
     "SamplerAdapter",
@@ -59,6 +62,7 @@ __all__ = [
     "is_logits_level",
     "processing_of",
     "scheme_of",
+    "protocol_of",
     "takes_uniforms",
     "uniforms_dtype_of",
     "probs_to_logits",

@@ -47,7 +47,11 @@ __all__ = [
     "RANDOMNESS",
     "OPERATIONS",
     "SCHEMES",
+    "PROTOCOLS",
+    "TREE_DRAFTING",
     "scheme_of",
+    "protocol_of",
+    "tree_drafting_of",
     "takes_uniforms",
     "uniforms_dtype_of",
     "check_auditable",
@@ -85,6 +89,22 @@ target's for every scheme but ``"lossy"``:
   parameters go in :attr:`Capabilities.scheme_params`, and the audit measures its TV
   from the target law instead of failing it.
 """
+
+PROTOCOLS = ("chain", "tree")
+"""Call protocols a sampler may declare (:attr:`Capabilities.protocol`):
+
+- ``"chain"``: ``verify(draft_token_ids [B, K], draft_probs [B, K, V], target_probs
+  [B, K+1, V], generator) -> LongTensor [B, K+1]`` (or ``verify_logits`` at the logits level);
+  the audit drives it with the chain decoder's cases;
+- ``"tree"``: the tree / multi-draft protocol of :mod:`specexact.decoders.tree.protocol`
+  (``draft_token_ids [B, N]``, ``parent_ids [B, N]``, ``draft_probs [B, N, V]``,
+  ``target_probs [B, N+1, V]`` -> ``TreeVerifyOutput(tokens [B, D+1], accepted_nodes [B, D])``);
+  the audit drives it with the tree decoder's cases (:mod:`specexact.audit.tree_case`).
+"""
+
+TREE_DRAFTING = ("iid", "without_replacement", "top_k")
+"""The tree decoder's drafting rules (:data:`specexact.decoders.tree.DRAFTING`; kept here
+so that this module does not import the tree package), for :attr:`Capabilities.tree_drafting`."""
 
 OPERATIONS = ("penalties",) + _ORDER_OPERATIONS
 """Names allowed in :attr:`Capabilities.order_of_operations` (logits-level samplers);
@@ -125,15 +145,26 @@ class Capabilities:
         ``"tokenwise"``); the audit judges its accepted length by that scheme's optimum.
     scheme_params : tuple of (str, float) pairs
         Parameters of the scheme (e.g. ``(("threshold", 0.3),)`` for a lossy one).
+    protocol : {"chain", "tree"}
+        The call protocol (:data:`PROTOCOLS`, default ``"chain"``): the audit runs the chain
+        decoder's cases for a chain sampler and the tree decoder's for a tree sampler.
+    tree_drafting : tuple of str
+        Tree protocol: the drafting rules (:data:`TREE_DRAFTING`) the sampler is audited
+        under; empty (the default): all of them. A verifier that is exact only for some
+        trees declares those (e.g. SGLang's target-only rule needs distinct sibling tokens and
+        matches recursive rejection sampling's accepted length only on deterministic trees:
+        ``("top_k",)``); tree cases with another drafting rule are skipped, with the reason.
 
     Raises
     ------
     TypeError
-        ``logits_level`` / ``greedy`` not a bool, or ``order_of_operations`` not a tuple.
+        ``logits_level`` / ``greedy`` not a bool, ``order_of_operations`` /
+        ``tree_drafting`` not a tuple, malformed ``scheme_params``.
     ValueError
-        Unknown ``randomness`` or operation, ``max_batch_size < 1``, no dtype / device,
-        a non-floating dtype, an order of operations on a probability-level sampler, or a
-        logits-level sampler without one.
+        Unknown ``randomness``, operation, ``scheme``, ``protocol`` or drafting rule,
+        ``max_batch_size < 1``, no dtype / device, a non-floating dtype, an order of
+        operations on a probability-level sampler, a logits-level sampler without one, a
+        logits-level tree sampler, or ``tree_drafting`` on a chain sampler.
     """
 
     max_batch_size: int | None
@@ -147,6 +178,8 @@ class Capabilities:
     notes: str = ""
     scheme: str = "tokenwise"
     scheme_params: tuple[tuple[str, float], ...] = ()
+    protocol: str = "chain"
+    tree_drafting: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("logits_level", "greedy"):
@@ -175,6 +208,17 @@ class Capabilities:
         if not isinstance(self.scheme_params, tuple) or not all(
                 isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in self.scheme_params):
             raise TypeError(f"scheme_params must be a tuple of (name, value) pairs, got {self.scheme_params!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if not isinstance(self.tree_drafting, tuple):
+            raise TypeError(f"tree_drafting must be a tuple of drafting rules, got {self.tree_drafting!r}")
+        unknown_drafting = [d for d in self.tree_drafting if d not in TREE_DRAFTING]
+        if unknown_drafting:
+            raise ValueError(f"unknown tree_drafting {unknown_drafting}; allowed: {TREE_DRAFTING}")
+        if self.tree_drafting and self.protocol != "tree":
+            raise ValueError(f"tree_drafting applies to tree-protocol samplers only, got protocol {self.protocol!r}")
+        if self.protocol == "tree" and self.logits_level:
+            raise ValueError("a tree-protocol sampler is probability level (logits_level=False)")
         self.processing  # validates the order (repeats) and the scope
 
     @property
@@ -198,6 +242,7 @@ class Capabilities:
         d["devices"] = list(self.devices)
         d["order_of_operations"] = list(self.order_of_operations)
         d["scheme_params"] = {k: v for k, v in self.scheme_params}
+        d["tree_drafting"] = list(self.tree_drafting)
         return d
 
 
@@ -328,6 +373,21 @@ def scheme_of(obj: object) -> str:
     """The verification scheme sampler ``obj`` declares (``"tokenwise"`` when it declares none)."""
     caps = getattr(obj, "capabilities", None)
     return caps.scheme if isinstance(caps, Capabilities) else "tokenwise"
+
+
+def protocol_of(obj: object) -> str:
+    """The call protocol sampler ``obj`` declares (:data:`PROTOCOLS`; ``"chain"`` when it
+    declares none)."""
+    caps = getattr(obj, "capabilities", None)
+    return caps.protocol if isinstance(caps, Capabilities) else "chain"
+
+
+def tree_drafting_of(obj: object) -> tuple[str, ...]:
+    """The drafting rules a tree sampler is audited under (:attr:`Capabilities.tree_drafting`;
+    all of :data:`TREE_DRAFTING` when it declares none)."""
+    caps = getattr(obj, "capabilities", None)
+    declared = caps.tree_drafting if isinstance(caps, Capabilities) else ()
+    return declared or TREE_DRAFTING
 
 
 def takes_uniforms(obj: object) -> bool:

@@ -16,6 +16,7 @@ from specexact.exactness.tree_laws import (
     complete_with_target,
     generation_law,
     round_law,
+    rrs_accepted_length_law,
     target_only_accepted_length_law,
     target_sequence_law,
     tokenwise_accepted_length_law,
@@ -63,6 +64,27 @@ def test_closed_form_accepted_length_laws_match_the_enumerated_rounds(laws):
     tok, blk = tokenwise_accepted_length_law(laws, 3), block_accepted_length_law(laws, 3)
     tail = lambda law: np.cumsum(law[::-1])[::-1]  # noqa: E731
     assert np.all(tail(blk) >= tail(tok) - 1e-15) and tail(blk)[2] > tail(tok)[2] + 1e-3
+
+
+@pytest.mark.parametrize("branching,drafting", [((2, 2), "iid"), ((2, 2), "without_replacement"),
+                                                ((3, 1), "iid"), ((2, 2), "top_k"), ((1, 1, 1), "iid"),
+                                                ((3,), "without_replacement")])
+def test_the_level_recursion_of_rrs_is_the_enumerated_law(laws, branching, drafting):
+    enumerated = accepted_length_law(round_law(laws, rrs_program, branching=branching, drafting=drafting),
+                                     len(branching))
+    fast = rrs_accepted_length_law(laws, branching, drafting)
+    assert np.abs(fast - enumerated).max() < 1e-13 and fast.sum() == pytest.approx(1.0, abs=1e-13)
+    # After a prefix too (other laws: penalties count the prefix).
+    enumerated = accepted_length_law(round_law(laws, rrs_program, branching=branching, drafting=drafting,
+                                               prefix=(1, 1)), len(branching))
+    assert np.abs(rrs_accepted_length_law(laws, branching, drafting, prefix=(1, 1)) - enumerated).max() < 1e-13
+
+
+def test_the_rrs_recursion_is_target_only_on_top_k_trees_and_rejects_bad_drafting(laws):
+    assert np.allclose(rrs_accepted_length_law(laws, (2, 2), "top_k"),
+                       target_only_accepted_length_law(laws, (2, 2)), atol=1e-14)
+    with pytest.raises(ValueError, match="drafting"):
+        rrs_accepted_length_law(laws, (2, 2), "beam")
 
 
 def test_rrs_on_a_chain_is_tokenwise(laws):

@@ -128,3 +128,23 @@ def test_bad_inputs_name_the_argument(a, b, kwargs, error, match):
     kwargs = {"false_fail_rate": 0.01, **kwargs}
     with pytest.raises(error, match=match):
         chisquare_homogeneity(a, b, **kwargs)
+
+
+def test_a_passing_homogeneity_check_certifies_the_hash_binned_laws():
+    rng = np.random.default_rng(1)
+    p = np.full(200, 1 / 200)
+    a, b = rng.multinomial(20_000, p), rng.multinomial(20_000, p)
+    codes = np.arange(1000, 1200, dtype=np.int64)
+    res = chisquare_homogeneity(a, b, false_fail_rate=1e-6, outcome_codes=codes)
+    cert = res.details["certified_tv"]
+    assert res.passed and cert["law"] == "binned" and cert["num_cells"] <= 32 and "hash" in cert["partition"]
+    assert cert["n"] == 40_000 and cert["observed_tv"] <= cert["upper"] <= 1
+    # The partition follows the codes, not the positions: permuting outcomes and codes together
+    # gives the same bound.
+    perm = rng.permutation(200)
+    again = chisquare_homogeneity(a[perm], b[perm], false_fail_rate=1e-6, outcome_codes=codes[perm])
+    assert again.details["certified_tv"]["upper"] == pytest.approx(cert["upper"])
+    failing = chisquare_homogeneity(np.array([900, 100]), np.array([500, 500]), false_fail_rate=1e-6)
+    assert not failing.passed and "certified_tv" not in failing.details
+    with pytest.raises(ValueError, match="outcome_codes"):
+        chisquare_homogeneity(a, b, false_fail_rate=1e-6, outcome_codes=codes[:10])

@@ -23,7 +23,8 @@ def test_capabilities_to_dict_is_json_ready():
     d = caps(notes="x").to_dict()
     assert d == {"max_batch_size": 1, "dtypes": ["float32"], "devices": ["cpu"], "randomness": "global_rng",
                  "logits_level": False, "order_of_operations": [], "repetition_penalty_scope": "output",
-                 "greedy": True, "notes": "x", "scheme": "tokenwise", "scheme_params": {}}
+                 "greedy": True, "notes": "x", "scheme": "tokenwise", "scheme_params": {}, "protocol": "chain",
+                 "tree_drafting": []}
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -38,6 +39,10 @@ def test_capabilities_to_dict_is_json_ready():
     ({"logits_level": True, "order_of_operations": ("penalties", "repetition_penalty")}, "more than once"),
     ({"logits_level": True, "order_of_operations": ("temperature",), "repetition_penalty_scope": "all"},
      "repetition_penalty_scope"),
+    ({"protocol": "graph"}, "protocol must be one of"),
+    ({"protocol": "tree", "tree_drafting": ("beam",)}, "unknown tree_drafting"),
+    ({"tree_drafting": ("iid",)}, "tree-protocol samplers only"),
+    ({"protocol": "tree", "logits_level": True, "order_of_operations": ("temperature",)}, "probability level"),
 ])
 def test_capabilities_validation(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -138,3 +143,20 @@ def test_takes_uniforms_and_its_dtype():
     assert uniforms_dtype_of(Plain()) == torch.float64 and uniforms_dtype_of(Takes()) == torch.float32
     with pytest.raises(TypeError, match="uniforms_dtype"):
         uniforms_dtype_of(BadDtype())
+
+
+def test_protocol_and_tree_drafting_are_declared():
+    from specexact.decoders.adapters import PROTOCOLS, protocol_of
+    from specexact.decoders.adapters.protocol import TREE_DRAFTING, tree_drafting_of
+    from specexact.decoders.tree import DRAFTING
+
+    assert PROTOCOLS == ("chain", "tree") and TREE_DRAFTING == DRAFTING
+    assert protocol_of(lambda *a: None) == "chain" and tree_drafting_of(lambda *a: None) == DRAFTING
+
+    class Tree:
+        capabilities = caps(protocol="tree", tree_drafting=("top_k",))
+
+    assert protocol_of(Tree()) == "tree" and tree_drafting_of(Tree()) == ("top_k",)
+    assert Tree.capabilities.to_dict()["tree_drafting"] == ["top_k"]
+    with pytest.raises(TypeError, match="tree_drafting must be a tuple"):
+        caps(protocol="tree", tree_drafting=["iid"])
