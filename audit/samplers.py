@@ -42,10 +42,28 @@ def available_samplers() -> dict[str, str]:
     return found
 
 
+#: Where each engine adapter's library is installed: its own environment (the engines
+#: conflict with each other and with the suite), or a GPU machine.
+_ENGINE_ENVS = {
+    "vllm": "tox -e vllm-cpu (native kernels) or tox -e vllm-triton",
+    "vllm_logits": "tox -e vllm-cpu",
+    "sglang": "tox -e sglang",
+    "lmdeploy": "tox -e lmdeploy",
+    "mlx": "tox -e mlx",
+    "eagle": "tox -e eagle",
+    "flashinfer": "a CUDA machine: bash scripts/gpu_check.sh",
+    "sglang_tree": "a CUDA machine: bash scripts/gpu_check.sh",
+}
+
+
 def _install_hint(target: str, exc: BaseException) -> str:
-    if isinstance(exc, ModuleNotFoundError) and target.startswith("specexact.decoders.adapters."):
-        return " (install the optional dependencies: pip install 'specexact[thirdparty]')"
-    return ""
+    prefix = "specexact.decoders.adapters."
+    if not (isinstance(exc, ModuleNotFoundError) and target.startswith(prefix)):
+        return ""
+    module = target[len(prefix):].partition(":")[0]
+    if module in _ENGINE_ENVS:
+        return f" (the engine runs in its own environment: {_ENGINE_ENVS[module]}; see the README, 'Third-party samplers')"
+    return " (install the optional dependencies: pip install 'specexact[thirdparty]')"
 
 
 def _load(spec: str) -> Callable:

@@ -2,6 +2,7 @@
 dist-info on sys.path), metadata, refusals."""
 
 import importlib
+import re
 import textwrap
 from importlib.metadata import entry_points
 
@@ -178,3 +179,19 @@ def test_restricted_case_keeps_name_seed_and_class_numbers():
     for bad in ([], [2, 0], [0, 0], [3]):
         with pytest.raises(ValueError, match="keep must be"):
             case.restricted(bad)
+
+
+@pytest.mark.parametrize("name, env", [("vllm", "tox -e vllm-cpu"), ("lmdeploy", "tox -e lmdeploy"),
+                                       ("mlx", "tox -e mlx"), ("flashinfer", "CUDA machine")])
+def test_an_engine_missing_from_this_environment_points_to_its_own(name, env):
+    """The engines live in their own environments (they conflict with the suite's): a
+    missing engine says which one, not 'pip install specexact[thirdparty]'."""
+    try:
+        __import__({"vllm": "vllm", "lmdeploy": "lmdeploy", "mlx": "mlx_lm", "flashinfer": "flashinfer"}[name])
+    except ImportError:
+        pass
+    else:
+        pytest.skip(f"{name} is installed here")
+    with pytest.raises(SamplerError, match=re.escape(env)) as info:
+        resolve_sampler(name)
+    assert "thirdparty" not in str(info.value)
