@@ -6,7 +6,8 @@
 - :func:`speculative_generate`: chain speculative decoding around any verifier.
 - :func:`verify`: modified rejection sampling with the probability-level protocol (a fast
   path; :func:`verify_reference` is its readable reference, same output on the same
-  generator state).
+  generator state); :func:`verify_with_uniforms`: the same with the acceptance uniforms
+  supplied (boundary-uniform probes).
 - :class:`ToyLM`: small seeded prefix-dependent language models.
 """
 
@@ -23,6 +24,7 @@ from .rejection_sampling import (
     validate_verify_inputs_reference,
     verify,
     verify_reference,
+    verify_with_uniforms,
 )
 
 __all__ = [
@@ -48,4 +50,5 @@ __all__ = [
     "validate_verify_inputs_reference",
     "verify",
     "verify_reference",
+    "verify_with_uniforms",
 ]
