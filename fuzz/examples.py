@@ -191,6 +191,10 @@ class LogitsExample:
         Seeds the drafts (from ``draft``'s rows).
     generator_seed : int
         Seeds the call's generator.
+    least_likely_first : bool
+        Replace each row's first draft by the token of smallest raw target logit at
+        position 0 (lowest id among ties; only where the draft law gives it mass): a token
+        the target's truncation or mask removes, whatever V.
     """
 
     logits: LogitsCase
@@ -201,6 +205,7 @@ class LogitsExample:
     output: tuple[tuple[int, ...], ...]
     seed: int = 0
     generator_seed: int = 0
+    least_likely_first: bool = False
 
     @property
     def batch_size(self) -> int:
@@ -219,6 +224,11 @@ class LogitsExample:
         rng = np.random.default_rng(self.seed)
         ids = np.array([[rng.choice(V, p=law[b, i] / law[b, i].sum()) for i in range(K)] for b in range(B)],
                        dtype=np.int64).reshape(B, K)
+        if self.least_likely_first:
+            for b in range(B):
+                least = int(torch.argmin(logits[b, 0]))  # first index of the minimum
+                if law[b, 0, least] > 0:
+                    ids[b, 0] = least
         return {"ids": torch.from_numpy(ids), "q": q, "logits": logits}
 
     @property
@@ -242,7 +252,8 @@ class LogitsExample:
         params = ", ".join(params_repr(p) for p in self.target_params)
         return (f"LogitsExample(logits={self.logits!r}, draft={self.draft!r}, "
                 f"num_draft_tokens={self.num_draft_tokens!r}, target_params=({params},), prompt={self.prompt!r}, "
-                f"output={self.output!r}, seed={self.seed!r}, generator_seed={self.generator_seed!r})")
+                f"output={self.output!r}, seed={self.seed!r}, generator_seed={self.generator_seed!r}, "
+                f"least_likely_first={self.least_likely_first!r})")
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(repr(self))

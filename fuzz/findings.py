@@ -18,7 +18,8 @@ __all__ = ["Finding", "FuzzResult", "finding_of", "known_findings"]
 
 def known_findings(sampler) -> tuple:
     """Deterministic findings an adapter's module records (``FINDINGS``), each with the
-    ``fuzz_rule`` (and optionally ``fuzz_message``) that identifies it."""
+    ``fuzz_rule`` (and optionally ``fuzz_message``, a substring of the message, and
+    ``fuzz_level``, the protocol level) that identify it in a fuzz finding."""
     module = sys.modules.get(type(sampler).__module__)
     return tuple(getattr(module, "FINDINGS", ()) or ())
 
@@ -85,7 +86,8 @@ def finding_of(subject: Subject, run: FamilyRun, exc: RuleBroken, describe) -> F
     call = exc.call
     known = None
     for k in known_findings(subject.sampler):
-        if k.get("fuzz_rule") == exc.rule and (not k.get("fuzz_message") or k["fuzz_message"] in exc.message):
+        if (k.get("fuzz_rule") == exc.rule and (not k.get("fuzz_message") or k["fuzz_message"] in exc.message)
+                and k.get("fuzz_level", subject.level) == subject.level):
             known = k.get("id")
             break
     script = replay_script(sampler=subject.name, family=run.name, rule=exc.rule, message=exc.message, example=shown,

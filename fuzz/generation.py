@@ -105,7 +105,8 @@ def _logits_examples(draw, processing: LogitsProcessing, max_vocab: int | None, 
     prompt = tuple(tuple(draw(st.lists(ids, min_size=T0, max_size=T0))) for _ in range(B))
     output = tuple(tuple(draw(st.lists(ids, max_size=6))) for _ in range(B))
     return LogitsExample(logits=logits, draft=draft, num_draft_tokens=K, target_params=params, prompt=prompt,
-                         output=output, seed=draw(SEEDS), generator_seed=draw(SEEDS))
+                         output=output, seed=draw(SEEDS), generator_seed=draw(SEEDS),
+                         least_likely_first=draw(st.booleans()))
 
 
 def logits_examples(subject, *, max_vocab: int | None = None, max_batch: int = 3,

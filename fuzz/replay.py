@@ -148,10 +148,12 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
     head = "\n".join(f"# {line}" for line in (f"specexact fuzz finding: {sampler} / {family} / {rule}",
                                                *message.splitlines()[:3], f"shrunk example: {example}"))
     imports = ["import torch", "from specexact.audit import resolve_sampler",
+               "from specexact.decoders import SamplingParams",
                "from specexact.decoders.adapters import LogitsVerifyInputs",
                "from specexact.fuzz.examples import ProbInputs"]
     if not literal:
-        imports += [REPLAY_IMPORTS.rstrip("\n"), "from specexact.fuzz.invalid import corrupt",
+        imports += [REPLAY_IMPORTS.rstrip("\n").replace("from specexact.decoders import SamplingParams\n", ""),
+                    "from specexact.fuzz.invalid import corrupt",
                     "from specexact.fuzz.probes import probe_rows, stack_rows"]
     uniforms = "" if call.uniforms is None else f"uniforms = {tensor_literal(call.uniforms.to(torch.float64))}\n"
     check = _CHECKS[rule].format(limit=call_timeout_s, V=call.vocab_size, name=sampler, gseed=call.generator_seed,

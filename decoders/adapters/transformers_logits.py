@@ -42,9 +42,11 @@ from specexact.decoders.rejection_sampling import PLACEHOLDER_ID
 
 from .logits_inputs import validate_logits_verify_inputs
 from .protocol import Capabilities, LogitsVerifyInputs, probs_to_logits, seeded_global_rng
-from .transformers import TransformersSpeculativeSampling, _check_uniforms, one_thread
+from .transformers import FINDINGS, TransformersSpeculativeSampling, _check_uniforms, one_thread
 
-__all__ = ["TRANSFORMERS_PROCESSING", "TransformersAssistedVerification", "verify_logits_level"]
+__all__ = ["TRANSFORMERS_PROCESSING", "TransformersAssistedVerification", "verify_logits_level", "FINDINGS"]
+
+# FINDINGS (re-exported): the same _speculative_sampling, so the same deterministic findings.
 
 TRANSFORMERS_PROCESSING = LogitsProcessing(
     order=("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
