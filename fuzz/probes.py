@@ -32,7 +32,7 @@ from .reference import acceptance_band, forbidden_tokens, target_law
 from .rules import RuleBroken, rule_error
 from .subject import Call, Subject
 
-__all__ = ["position_inputs", "probe_rows", "stack_rows", "probe_call", "probe_example", "grid_values"]
+__all__ = ["position_inputs", "probe_rows", "all_probe_rows", "zeroed_rows", "stack_rows", "probe_call", "probe_example", "grid_values"]
 
 _INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
              torch.bfloat16: torch.int16}
@@ -60,6 +60,34 @@ def probe_rows(inputs) -> list:
     B, K = inputs.draft_token_ids.shape
     parts = [position_inputs(inputs, i) for i in range(K)]
     return [_row(parts[i], b) for b in range(B) for i in range(K)]
+
+
+def all_probe_rows(inputs) -> list:
+    """:func:`probe_rows` of ``inputs`` followed by their :func:`zeroed_rows` (what
+    :func:`probe_example` probes; a finding's replay indexes into it)."""
+    rows = probe_rows(inputs)
+    return rows + zeroed_rows(rows)
+
+
+def zeroed_rows(rows: list) -> list:
+    """For every one-row ``K = 1`` input, a companion whose target gives the drafted token
+    probability 0 (its entry zeroed; at the logits level its logit set to ``-inf``), where
+    the target keeps mass elsewhere: every example then probes ``u = 0`` on a draft of target
+    probability 0."""
+    out = []
+    for r in rows:
+        d = int(r.draft_token_ids[0, 0])
+        if isinstance(r, ProbInputs):
+            p = r.target_probs.clone()
+            p[0, 0, d] = 0
+            if float(p[0, 0].to(torch.float64).sum()) > 0:
+                out.append(ProbInputs(r.draft_token_ids, r.draft_probs, p))
+        else:
+            x = r.target_logits.clone()
+            x[0, 0, d] = -torch.inf
+            if bool(torch.isfinite(x[0, 0]).any()):
+                out.append(replace(r, target_logits=x))
+    return out
 
 
 def stack_rows(parts: list):
@@ -163,7 +191,7 @@ def probe_example(subject: Subject, inputs, *, generator_seed: int = 0, source: 
     RuleBroken
         ``acceptance_rule`` for a decision outside the band, or what a probe call raises.
     """
-    rows = probe_rows(inputs)  # ordered (b, i), as acceptance_band flattens them
+    rows = all_probe_rows(inputs)  # ordered (b, i), as acceptance_band flattens them, then the zeroed ones
     stacked = stack_rows(rows)
     law = target_law(subject, stacked)
     forbidden = forbidden_tokens(subject, stacked, law)
@@ -184,12 +212,12 @@ def probe_example(subject: Subject, inputs, *, generator_seed: int = 0, source: 
         calls += 1
         u = u.clamp(0.0, top)
         accepted = probe_call(subject, stacked, u[:, None], generator_seed=generator_seed,
-                              source=f"probe_rows({source})", forbidden=forbidden)
+                              source=f"all_probe_rows({source})", forbidden=forbidden)
         wrong = (accepted & band.must_reject(u)) | (~accepted & band.must_accept(u))
         if bool(wrong.any()):
             k = int(wrong.nonzero()[0, 0])
             raise _violation(subject, stacked, band, k, float(u[k]), bool(accepted[k]), generator_seed,
-                             f"probe_rows({source})")
+                             f"all_probe_rows({source})")
         return accepted
 
     results = [decide(u) for u in fixed]

@@ -154,7 +154,7 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
     if not literal:
         imports += [REPLAY_IMPORTS.rstrip("\n").replace("from specexact.decoders import SamplingParams\n", ""),
                     "from specexact.fuzz.invalid import corrupt",
-                    "from specexact.fuzz.probes import probe_rows, stack_rows"]
+                    "from specexact.fuzz.probes import all_probe_rows, stack_rows"]
     uniforms = "" if call.uniforms is None else f"uniforms = {tensor_literal(call.uniforms.to(torch.float64))}\n"
     check = _CHECKS[rule].format(limit=call_timeout_s, V=call.vocab_size, name=sampler, gseed=call.generator_seed,
                                  g1=GLOBAL_SEED, g2=OTHER_GLOBAL_SEED, must_accept=must_accept,
