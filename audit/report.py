@@ -20,7 +20,7 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histogra
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 
@@ -128,11 +128,14 @@ def build_report(
     plan: dict | None = None,
     shards: list | None = None,
     resumed_cases: Sequence[str] = (),
+    fuzz: dict | None = None,
 ) -> dict:
     """Assemble the report (schema ``specexact.audit/1``) from finished cases' dicts.
 
     Used by :func:`run_audit` and by :func:`specexact.audit.shard.merge_reports`, so a
-    merged report is computed exactly as an unsharded one.
+    merged report is computed exactly as an unsharded one. ``fuzz`` is the fuzz stage's
+    result (:meth:`specexact.fuzz.FuzzResult.to_dict`, since 1.3): its findings fail the
+    audit too.
     """
     alpha = settings["per_check_false_fail_rate"]
     flat = []
@@ -163,6 +166,8 @@ def build_report(
                 "reproduction": _reproduction(case, settings, sampler),
             })
     verdict = "pass" if all(c["verdict"] == "pass" for c in case_dicts) else "fail"
+    if fuzz is not None and fuzz.get("findings"):
+        verdict = "fail"
     report = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -183,4 +188,6 @@ def build_report(
     }
     if shards is not None:
         report["shards"] = shards
+    if fuzz is not None:
+        report["fuzz"] = fuzz
     return report

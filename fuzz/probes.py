@@ -200,11 +200,14 @@ def probe_example(subject: Subject, inputs, *, generator_seed: int = 0, source: 
     smallest, top = grid_values(dtype)
     N = len(rows)
     ratio = band.low.clamp(0.0, 1.0)
-    fixed = [torch.zeros(N, dtype=torch.float64), torch.full((N,), smallest, dtype=torch.float64),
+    # Rejections first (largest uniform, just above / at / just below the ratio: they reach
+    # the residual), then the smallest uniforms (u = 0 on the drafts of target probability 0).
+    fixed = [torch.full((N,), top, dtype=torch.float64),
+             _on_grid(torch.nextafter(_on_grid(band.high, dtype).to(dtype),
+                                      torch.ones((), dtype=dtype)).to(torch.float64), dtype),
+             _on_grid(ratio, dtype),
              torch.nextafter(_on_grid(ratio, dtype).to(dtype), torch.zeros((), dtype=dtype)).to(torch.float64),
-             _on_grid(ratio, dtype), _on_grid(torch.nextafter(_on_grid(band.high, dtype).to(dtype),
-                                                              torch.ones((), dtype=dtype)).to(torch.float64), dtype),
-             torch.full((N,), top, dtype=torch.float64)]
+             torch.full((N,), smallest, dtype=torch.float64), torch.zeros(N, dtype=torch.float64)]
     calls = 0
 
     def decide(u: torch.Tensor) -> torch.Tensor:
@@ -223,8 +226,8 @@ def probe_example(subject: Subject, inputs, *, generator_seed: int = 0, source: 
     results = [decide(u) for u in fixed]
     # Bisection over the grid's bit patterns, between an accepted and a rejected uniform.
     ints = _INT_VIEW[dtype]
-    lo_u, hi_u = fixed[0].clone(), fixed[-1].clone()
-    acc_lo, acc_hi = results[0], results[-1]
+    lo_u, hi_u = fixed[-1].clone(), fixed[0].clone()
+    acc_lo, acc_hi = results[-1], results[0]
     active = acc_lo & ~acc_hi & ~band.unclear
     lo_i = lo_u.to(dtype).view(ints).to(torch.int64)
     hi_i = hi_u.to(dtype).view(ints).to(torch.int64)
