@@ -22,6 +22,10 @@ from pathlib import Path
 
 __all__ = ["main", "build_parser"]
 
+from specexact.fuzz.cli import (  # noqa: E402 - the fuzz hook
+    add_audit_fuzz_options, add_fuzz_parser, audit_fuzz_settings, fuzz_exit_status, fuzz_status, print_fuzz,
+    run_fuzz_command)
+
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
 #: Journal sub-folder of the report folder (finished cases of running or killed audits).
@@ -89,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-journal", action="store_true",
                    help="do not journal finished cases (an interrupted audit then starts over)")
     _report_args(a, "the")
+    add_audit_fuzz_options(a)  # --no-fuzz, --fuzz-profile, --fuzz-share (specexact.fuzz.cli)
+    add_fuzz_parser(sub)  # specexact fuzz
     m = sub.add_parser("merge", help="merge the JSON reports of 'audit --shard' runs into one report")
     m.add_argument("reports", nargs="+", metavar="SHARD.json", help="the JSON reports of shards 1/N .. N/N")
     _report_args(m, "the merged")
@@ -168,6 +174,7 @@ def _write(report: dict, args, console, stem: str) -> dict:
     for f in report["findings"]:
         console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}")
         console.print(f"  reproduce: {escape(f['reproduction']['command'])}")
+    print_fuzz(report, console)
     console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
                   f"{report['wall_time_s']:.1f} s; reports: " + ", ".join(escape(str(p)) for p in paths.values()))
     return paths
@@ -301,6 +308,8 @@ def _audit(args) -> int:
                 progress.update(task, completed=min(ev["elapsed_s"], args.budget), info=info)
             else:
                 progress.update(task, completed=state["done_batches"] + ev["num_batches"], info=info)
+        elif kind.startswith("fuzz"):
+            fuzz_status(ev, progress.console)
         elif kind == "case_end":
             on_end(ev["result"])
             if budget_mode and "elapsed_s" in ev:
@@ -325,7 +334,7 @@ def _audit(args) -> int:
                                  num_batches=args.batches, seed=args.seed, device=str(device), shard=shard,
                                  journal_dir=None if journal_dir is None else str(journal_dir), fresh=args.fresh,
                                  isolate=args.isolate, case_timeout_s=args.case_timeout,
-                                 case_set=("quick" if args.quick else "default"))
+                                 case_set=("quick" if args.quick else "default"), **audit_fuzz_settings(args))
         report = run_audit(verifier, settings, on_status=on_status)
     _print_table(report)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -347,7 +356,7 @@ def _audit(args) -> int:
             pass
     if diff is not None:
         return EXIT_FAIL if diff.regressed else EXIT_PASS
-    return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+    return fuzz_exit_status(report, EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL)
 
 
 def _merge(args) -> int:
@@ -411,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             return _merge(args)
         if args.command == "render":
             return _render(args)
+        if args.command == "fuzz":
+            return run_fuzz_command(args)
     except KeyboardInterrupt:
         return EXIT_ERROR
     parser.error(f"unknown command {args.command!r}")

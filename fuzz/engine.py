@@ -149,11 +149,13 @@ def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None,
             guess = fuzz_settings.first_chunk if per_example is None else int((deadline - now) / max(per_example, 1e-3))
             size = max(1, min(guess, fuzz_settings.max_chunk, left if left is not None else guess))
         test = given(family.strategy)(prop)
+        # The seed first: hypothesis.seed() turns the database off, and these settings
+        # (applied after it) turn it back on, so a seeded run still replays saved failures.
+        test = hypothesis_seed(family_seed(seed, sampler, family.name, chunk))(test)
         test = hypothesis_settings(
             max_examples=size, database=database, deadline=None, derandomize=False,
             phases=fuzz_settings.phases, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
             report_multiple_bugs=True, print_blob=False)(test)
-        test = hypothesis_seed(family_seed(seed, sampler, family.name, chunk))(test)
         test._hypothesis_internal_database_key = f"specexact.fuzz/{sampler}/{family.name}".encode()
         before = run.calls
         t0 = time.perf_counter()
