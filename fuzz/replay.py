@@ -123,6 +123,11 @@ _CHECKS = {
 }
 
 
+def _plain(text: str) -> str:
+    """``text`` for a comment line: no ``<``, ``>`` or ``&`` (as HTML entities' words)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def replay_script(*, sampler: str, family: str, rule: str, message: str, example: str, call: Call,
                   call_timeout_s: float = 30.0, corruption: str | None = None, must_accept: bool | None = None) -> str:
     """The replay script of a finding (module docstring).
@@ -145,8 +150,10 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
         ``acceptance_rule``: the decision the rule requires.
     """
     inputs, literal = _inputs_code(call)
-    head = "\n".join(f"# {line}" for line in (f"specexact fuzz finding: {sampler} / {family} / {rule}",
-                                               *message.splitlines()[:3], f"shrunk example: {example}"))
+    # Comment lines carry the sampler's own text (exception messages): markup is neutralised,
+    # so a report that shows the script cannot be made to run HTML.
+    head = "\n".join(f"# {_plain(line)}" for line in (f"specexact fuzz finding: {sampler} / {family} / {rule}",
+                                                       *message.splitlines()[:3], f"shrunk example: {example}"))
     imports = ["import torch", "from specexact.audit import resolve_sampler",
                "from specexact.decoders import SamplingParams",
                "from specexact.decoders.adapters import LogitsVerifyInputs",

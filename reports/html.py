@@ -11,6 +11,8 @@ import base64
 import math
 from typing import Sequence
 
+from .fuzz_section import fuzz_html
+
 __all__ = ["render_html"]
 
 _TEMPLATE = r"""<!DOCTYPE html>
@@ -108,7 +110,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
   {% if f.defect %}<details><summary>defect details</summary><pre>{{ f.defect }}</pre></details>{% endif %}
 </div>
 {% endfor %}
-
+{{ fuzz_section|safe }}
 <h2>Do the p-values look uniform?</h2>
 <div class="grid2">
 {% if img.qq %}<figure><img alt="QQ plot of p-values" src="data:image/png;base64,{{ img.qq }}">
@@ -321,4 +323,5 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         n_checks=len(checks), n_failed=sum(1 for c in checks if not c["passed"]),
         median_tv=_median_tv(tvs), mode_value=mode_value, mode_label=mode_label,
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
+        fuzz_section=fuzz_html(report),  # escaped by its own template (reports/fuzz_section.py)
     )

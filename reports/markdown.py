@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from .fuzz_section import fuzz_markdown
+
 __all__ = ["render_markdown"]
 
 
@@ -109,6 +111,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
                 lines.append(f"  - worst: {worst}")
             lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
         lines.append("")
+    lines += fuzz_markdown(report)  # the fuzz phase (reports/fuzz_section.py)
     plan_cases = {c["name"]: c for c in plan.get("cases") or []}
     lines += ["## Cases", "",
               "| case | verdict | sequences | calls (planned) | ≈ planned TV | wall s | description |",
