@@ -17,8 +17,9 @@ time, and their checks state their detectable TV like every other case's):
   (:func:`~specexact.audit.verify_case.run_verify_case`).
 
 Both are drawn by Hypothesis with a seed derived from the audit seed (no database, one
-generate phase), so the same seed gives the same cases in every process; the ``ci``
-profile draws one of each kind, ``nightly`` three.
+generate phase, no local-module constants: :mod:`.hypothesis_env`), so the same seed
+gives the same cases in every process; the ``ci`` profile draws one of each kind,
+``nightly`` three.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from specexact.strategies import HONEST_PAIR_FAMILIES, draft_target_pairs, param
 from specexact.strategies import VerifyCase as PairCase
 
 from .generation import within_processing
+from .hypothesis_env import without_local_constants
 from .settings import FuzzSettings
 
 __all__ = ["PairLawsCase", "generated_cases", "generated_case", "row_class_cases", "law_cases", "FUZZ_TAG"]
@@ -123,7 +125,8 @@ def _draw(strategy, n: int, seed: int, score) -> list:
         if all(repr(x) != repr(y) for y in out):
             out.append(x)
 
-    collect()
+    with without_local_constants():
+        collect()
     ranked = sorted(range(len(out)), key=lambda i: (-score(out[i]), i))
     return [out[i] for i in sorted(ranked[:n])]
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
 import traceback
-import warnings
 from typing import Callable
 
 import torch
@@ -14,57 +11,11 @@ import torch
 from .engine import run_family
 from .families import families_for
 from .findings import FuzzResult, finding_of
+from .hypothesis_env import without_local_constants
 from .settings import FuzzSettings
 from .subject import Subject
 
-__all__ = ["run_fuzz", "pin_hypothesis_constants"]
-
-_PINNED = {"done": False}
-
-
-def pin_hypothesis_constants() -> None:
-    """Make Hypothesis' generation independent of which modules happen to be imported.
-
-    Hypothesis mixes constants of the *local* modules in ``sys.modules`` into generation
-    and rescans when new modules appear, so the same seed could give other examples after
-    an unrelated import. As ``tests/conftest.py`` does for the suite, every specexact
-    module is imported and the constant pool is pinned to that set (once per process;
-    left alone when the suite's conftest already pinned it). Uses Hypothesis internals; if
-    they move, the pool is not pinned and a warning says so.
-    """
-    if _PINNED["done"]:
-        return
-    _PINNED["done"] = True
-    try:
-        from hypothesis.internal.conjecture import providers
-    except Exception as exc:  # pragma: no cover - depends on Hypothesis internals
-        warnings.warn(f"could not pin Hypothesis' local-constant pool: {exc!r}", stacklevel=2)
-        return
-    if getattr(providers._get_local_constants, "__name__", "") == "<lambda>":
-        return  # pinned by the test suite's conftest
-    import specexact
-
-    names = []
-    for sub in ("audit", "decoders", "exactness", "strategies", "reports", "fuzz"):
-        try:
-            pkg = importlib.import_module(f"specexact.{sub}")
-        except Exception:  # noqa: BLE001 - a package that cannot import is simply not pinned
-            continue
-        names += [info.name for info in pkgutil.walk_packages(pkg.__path__, f"specexact.{sub}.")]
-    names += [info.name for info in pkgutil.walk_packages(specexact.__path__, "specexact.")]
-    for name in sorted(set(names)):
-        if name.endswith("__main__"):
-            continue  # it would run a command
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - e.g. an adapter whose optional library is missing
-            pass
-    try:
-        pool = providers._get_local_constants()
-        providers._get_local_constants = lambda: pool
-    except Exception as exc:  # pragma: no cover
-        warnings.warn(f"could not pin Hypothesis' local-constant pool: {exc!r}", stacklevel=2)
-
+__all__ = ["run_fuzz"]
 
 def _database(settings: FuzzSettings):
     if settings.database_dir is None:
@@ -117,7 +68,6 @@ def run_fuzz(sampler, settings: FuzzSettings | None = None, *, name: str = "samp
     start = time.perf_counter()
     threads = torch.get_num_threads()
     try:
-        pin_hypothesis_constants()
         if settings.threads is not None:
             torch.set_num_threads(settings.threads)
         families = families_for(subject, max_vocab=settings.max_vocab)
@@ -130,8 +80,9 @@ def run_fuzz(sampler, settings: FuzzSettings | None = None, *, name: str = "samp
                 time_limit = max(left * family.weight / rest, 0.5)
             status({"event": "fuzz_family_start", "family": family.name, "index": k, "num_families": len(families),
                     "time_limit_s": time_limit, "examples": settings.examples_per_family})
-            run = run_family(family, settings, sampler=name, max_examples=settings.examples_per_family,
-                             time_limit_s=time_limit, database=database, seed=settings.seed)
+            with without_local_constants():
+                run = run_family(family, settings, sampler=name, max_examples=settings.examples_per_family,
+                                 time_limit_s=time_limit, database=database, seed=settings.seed)
             result.families.append(run)
             for exc in run.failures:
                 result.findings.append(finding_of(subject, run, exc, family.describe))

@@ -11,7 +11,7 @@ import pytest
 from specexact.audit import SamplerError, resolve_sampler
 from specexact.cli import main
 
-QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet"]
+QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet", "--no-fuzz"]
 
 
 def run_cli(args, tmp_path):
