@@ -56,6 +56,8 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         parts += ["--device", settings["device"]]
     if execution.get("isolated") or _finding_kind(case, {"name": "defect", "details": {}}) in ("timeout",):
         parts.append("--isolate")
+    if "fuzz" in (case.get("config", {}).get("tags") or []):
+        return _generated_reproduction(case, settings, sampler, nb, alpha, parts)
     return {
         "command": " ".join(parts),
         "python": (
@@ -64,6 +66,33 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
             f"case = next(c for c in all_cases(quick={settings.get('case_set') == 'quick'}) "
             f"if c.name == {case['name']!r})\n"
             f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
+            f"result = run_case(case, verifier, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
+            f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
+            "print(result.defect or [str(c) for c in result.checks])"
+        ),
+        "case_seed": case.get("seed"),
+        "batch_size": case.get("config", {}).get("batch_size"),
+        "num_batches": nb,
+        "per_check_false_fail_rate": alpha,
+    }
+
+
+def _generated_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha: float, parts: list) -> dict:
+    """The reproduction of a fuzz-generated case (``fuzz-rows-*``, ``fuzz-laws-*``): no
+    ``--case`` can name it, so the command reruns the fuzzed audit with the same seed, the
+    case's number of calls for every case and the audit's false-fail rate (hence the same
+    checks and per-check rate); the Python rebuilds the case from the seed alone."""
+    i = parts.index("--case")
+    command = parts[:i] + parts[i + 2:]
+    j = command.index("--false-fail-rate")
+    command[j + 1] = f"{settings['false_fail_rate']:.6g}"
+    return {
+        "command": " ".join(command),
+        "python": (
+            "from specexact.audit import resolve_sampler, run_case\n"
+            "from specexact.fuzz.generated_cases import generated_case\n"
+            f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
+            f"case = generated_case({case['name']!r}, verifier, seed={settings['seed']!r})\n"
             f"result = run_case(case, verifier, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
             f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
             "print(result.defect or [str(c) for c in result.checks])"
