@@ -118,10 +118,10 @@ def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Fami
         return v if max_vocab is None else (max_vocab if v is None else min(v, max_vocab))
 
     if subject.logits_level:
-        examples, corruptions, prefix = logits_examples, LOGITS_CORRUPTIONS, "logits_"
+        examples, corruptions, prefix, calls = logits_examples, LOGITS_CORRUPTIONS, "logits_", "logits_calls"
     else:
-        examples, corruptions, prefix = prob_examples, PROB_CORRUPTIONS, ""
-    out = [Family(f"{prefix}verify_calls" if not prefix else "logits_calls",
+        examples, corruptions, prefix, calls = prob_examples, PROB_CORRUPTIONS, "", "verify_calls"
+    out = [Family(calls,
                   "generated inputs (every pair / logits family, V up to 262145): one call, then the same "
                   "generator state again with torch's global RNG reseeded",
                   _CALL_RULES, examples(subject, max_vocab=cap(None)), _calls(subject), 0.35, _describe)]

@@ -125,8 +125,7 @@ def check_call_invariants(subject: Subject, call: Call) -> torch.Tensor:
     changed = same_inputs(call.inputs, copy)
     if changed is not None:
         raise rule_error("inputs_unmodified", f"the call modified its input {changed}", call)
-    if subject.randomness != "none" and has_random_decision(subject, call.inputs, law) and torch.equal(
-            before, gen.get_state()):
+    if has_random_decision(subject, call.inputs, law) and torch.equal(before, gen.get_state()):
         raise rule_error("uses_generator", "a call with a random acceptance decision left its generator untouched "
                                            "(the sampler draws its randomness elsewhere)", call)
     again = checked_call(subject, call, forbidden=forbidden, global_seed=OTHER_GLOBAL_SEED)

@@ -48,3 +48,16 @@ def test_an_error_of_the_fuzz_phase_is_reported_not_a_pass(monkeypatch):
 def test_a_non_sampler_is_refused():
     with pytest.raises(TypeError, match="not callable"):
         run_fuzz(42, SMALL)
+
+
+def test_the_same_seed_gives_the_same_examples_in_another_process():
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json\nfrom specexact.decoders import verify\nfrom specexact.fuzz import FuzzSettings, run_fuzz\n"
+            "r = run_fuzz(verify, FuzzSettings(examples=5, max_vocab=64, seed=2), name='builtin')\n"
+            "print(json.dumps([[f.name, dict(f.tried), list(f.vocab)] for f in r.families]))")
+    here = run_fuzz(verify, FuzzSettings(examples=5, max_vocab=64, seed=2), name="builtin")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [[f.name, dict(f.tried), list(f.vocab)] for f in here.families]
