@@ -61,3 +61,16 @@ def test_the_phase_runs_in_shard_1_and_merging_carries_it(alpha):
     merged = merge_reports(shards)
     assert merged["fuzz"] == shards[0]["fuzz"] and merged["verdict"] == "pass"
     validate_report(merged)
+
+
+@pytest.mark.statistical(checks=0)  # the case checks are not what is tested (a crashing sampler)
+def test_an_isolated_fuzz_stage_survives_a_segfault(alpha, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    report = run_audit(None, sampler_name="fuzz_faulty:segfault_from_two_tokens", cases=CASE, num_batches=2,
+                       budget_s=None, fuzz=True, fuzz_examples=4, isolate=True, case_timeout_s=120)
+    (finding,) = report["fuzz"]["findings"]
+    assert finding["rule"] == "no_crash" and "SIGSEGV" in finding["message"]
+    assert report["verdict"] == "fail"
+    validate_report(report)
