@@ -49,7 +49,8 @@ def test_a_passing_family_counts_what_it_tried_and_stops_on_time():
 
     timed = run(Family("slow", "", ("no_crash",), st.integers(), slow, 1.0, lambda x: {}),
                 max_examples=None, time_limit_s=0.6, seed=1)
-    assert timed.stopped == "time" and 2 <= timed.examples <= 20 and timed.time_s < 2.0
+    # one example past the limit at most, plus Hypothesis' own start (generous: a loaded machine)
+    assert timed.stopped == "time" and 2 <= timed.examples <= 20 and timed.time_s < 0.6 + 3.0
 
 
 def test_a_database_replays_the_failure_first(tmp_path):
