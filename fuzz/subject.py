@@ -183,6 +183,20 @@ class Subject:
         processing (the built-in pipeline per prefix, :class:`LogitsLevelVerifier`)."""
         return LogitsLevelVerifier(self.processing).target_probs(inputs)
 
+    def _on_device(self, x):
+        """The call's inputs on :attr:`device` (the examples are built on the CPU; on the CPU
+        they are passed as they are, so the rule ``inputs_unmodified`` sees what the sampler
+        got)."""
+        if self.device.type == "cpu":
+            return x
+        if isinstance(x, ProbInputs):
+            return ProbInputs(x.draft_token_ids.to(self.device), x.draft_probs.to(self.device),
+                              x.target_probs.to(self.device))
+        from dataclasses import replace
+
+        return replace(x, **{k: getattr(x, k).to(self.device) for k in (
+            "draft_token_ids", "draft_probs", "target_logits", "prompt_token_ids", "output_token_ids")})
+
     def run(self, call: Call, generator: torch.Generator | None = None) -> torch.Tensor:
         """Make ``call`` (with ``generator``, default the call's own) within the time limit.
 
@@ -194,15 +208,16 @@ class Subject:
             Whatever the sampler raises.
         """
         gen = call.generator(self.device) if generator is None else generator
-        x = call.inputs
+        x = self._on_device(call.inputs)
+        uniforms = None if call.uniforms is None else call.uniforms.to(self.device)
         with _time_limit(self.call_timeout_s):
             if call.entry == "verify":
                 return self.sampler(x.draft_token_ids, x.draft_probs, x.target_probs, gen)
             if call.entry == "verify_with_uniforms":
                 return self.sampler.verify_with_uniforms(x.draft_token_ids, x.draft_probs, x.target_probs,
-                                                         call.uniforms, gen)
+                                                         uniforms, gen)
             if call.entry == "verify_logits":
                 return self.sampler.verify_logits(x, gen)
             if call.entry == "verify_logits_with_uniforms":
-                return self.sampler.verify_logits_with_uniforms(x, call.uniforms, gen)
+                return self.sampler.verify_logits_with_uniforms(x, uniforms, gen)
         raise ValueError(f"unknown entry {call.entry!r}")
