@@ -11,9 +11,17 @@ that the audit adds to its cases, is in :mod:`.generated_cases`. :mod:`.settings
 the fuzz phase onto the test suite's Hypothesis profiles.
 """
 
-from .findings import Finding, FuzzResult
-from .rules import RULES, FuzzerError, RuleBroken
-from .run import run_fuzz
-from .settings import FuzzSettings
+from importlib import import_module
 
 __all__ = ["RULES", "Finding", "FuzzResult", "FuzzSettings", "FuzzerError", "RuleBroken", "run_fuzz"]
+
+_WHERE = {"RULES": "rules", "FuzzerError": "rules", "RuleBroken": "rules", "Finding": "findings",
+          "FuzzResult": "findings", "FuzzSettings": "settings", "run_fuzz": "run"}
+
+
+def __getattr__(name: str):
+    """The public names, imported on first use (``specexact.fuzz.cli`` is imported by the
+    command line at start-up and must not pull in torch and Hypothesis)."""
+    if name in _WHERE:
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
