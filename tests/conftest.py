@@ -72,7 +72,7 @@ def _freeze_hypothesis_local_constants() -> None:
     import specexact
 
     names = [info.name for info in pkgutil.walk_packages(specexact.__path__, "specexact.")]
-    for sub in ("audit", "decoders", "exactness", "strategies", "reports", "fuzz"):
+    for sub in ("audit", "decoders", "exactness", "strategies", "reports"):
         pkg = importlib.import_module(f"specexact.{sub}")
         names += [info.name for info in pkgutil.walk_packages(pkg.__path__, f"specexact.{sub}.")]
     for name in sorted(set(names)):
