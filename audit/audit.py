@@ -3,9 +3,12 @@
 1. *resolve* — :func:`~specexact.audit.resolve.resolve_audit`: which cases (and classes)
    can drive the sampler, this shard's slice, the per-check false-fail rate, the key;
 2. *plan* — :func:`~specexact.audit.execute.open_audit`: journal (resume) and pilot;
-3. *run cases* — :func:`~specexact.audit.execute.run_cases`: every case, re-planned after
+3. *fuzz* — :func:`~specexact.audit.fuzz_stage.run_fuzz_stage`: the fuzz phase's exact
+   families (generated inputs, exact rules, boundary-uniform probes) with its share of the
+   budget, when ``settings.fuzz``; its generated statistical cases are among the cases;
+4. *run cases* — :func:`~specexact.audit.execute.run_cases`: every case, re-planned after
    each from the time left;
-4. *report* — :func:`assemble_report` (:func:`~specexact.audit.report.build_report`).
+5. *report* — :func:`assemble_report` (:func:`~specexact.audit.report.build_report`).
 
 :func:`run_audit` runs them in order with one :class:`~specexact.audit.settings.AuditSettings`.
 The report is a JSON-ready dict whose layout is the versioned schema ``specexact.audit/1``
@@ -21,6 +24,7 @@ import torch
 from specexact.reports.json_report import report_to_jsonable
 
 from .execute import AuditRun, CasesOutcome, now, open_audit, run_cases
+from .fuzz_stage import run_fuzz_stage
 from .report import SCHEMA, SCHEMA_VERSION, accepted_length_histograms, build_report
 from .resolve import ResolvedAudit, audit_key, resolve_audit
 from .settings import AuditSettings
@@ -53,8 +57,9 @@ def _settings_dict(resolved: ResolvedAudit) -> dict:
     }
 
 
-def assemble_report(run: AuditRun, outcome: CasesOutcome) -> dict:
-    """Stage 4 (*report*): the JSON-ready report of a finished run (schema ``specexact.audit/1``)."""
+def assemble_report(run: AuditRun, outcome: CasesOutcome, fuzz=None) -> dict:
+    """Stage 5 (*report*): the JSON-ready report of a finished run (schema ``specexact.audit/1``);
+    ``fuzz`` is the fuzz stage's :class:`~specexact.fuzz.FuzzResult` (or None)."""
     resolved = run.resolved
     case_dicts = []
     for res, execution in outcome.results:
@@ -70,6 +75,7 @@ def assemble_report(run: AuditRun, outcome: CasesOutcome) -> dict:
         case_dicts, sampler=resolved.sampler.to_dict(), settings=settings,
         environment=environment, started_at=run.started_at, finished_at=now(),
         wall_time_s=outcome.wall_time_s, plan=outcome.plan.to_dict(), resumed_cases=outcome.resumed,
+        fuzz=None if fuzz is None else fuzz.to_dict(),
     )
     report = report_to_jsonable(report)
     if run.journal is not None:
@@ -91,7 +97,8 @@ def run_audit(verifier, settings: AuditSettings | None = None, *,
         What to run (cases, false-fail rate, budget or batches, seed, device, shard,
         journal, isolation). Default: ``AuditSettings()``.
     on_status : callable, optional
-        ``on_status(event)`` with dicts ``{"event": "pilot" | "plan" | "case_start" |
+        ``on_status(event)`` with dicts ``{"event": "pilot" | "fuzz_start" |
+        "fuzz_family_start" | "fuzz_family_end" | "fuzz_end" | "plan" | "case_start" |
         "batch" | "case_end", ...}`` for progress displays (see the CLI).
     **fields
         Fields of :class:`AuditSettings` that replace those of ``settings`` (e.g.
@@ -128,7 +135,8 @@ def run_audit(verifier, settings: AuditSettings | None = None, *,
     try:
         resolved = resolve_audit(verifier, settings)
         run = open_audit(resolved, on_status)
+        fuzz = run_fuzz_stage(run, on_status)
         outcome = run_cases(run, on_status)
-        return assemble_report(run, outcome)
+        return assemble_report(run, outcome, fuzz)
     finally:
         torch.set_num_threads(threads_before)

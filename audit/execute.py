@@ -63,6 +63,7 @@ class AuditRun:
     ratios: list = field(default_factory=list)  # measured / pilot seconds per call
     overheads: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    fuzz_plan: dict | None = None  # set by the fuzz stage (audit/fuzz_stage.py), shown in every plan
 
     @property
     def pilot_s(self) -> float:
@@ -98,7 +99,7 @@ class AuditRun:
             nb = settings.num_batches + settings.num_batches % 2
             cps = [CasePlan(c.name, None, rows_per_class(c), nb, None, nb * rows_per_class(c),
                             approx_detectable_tv(c, nb * rows_per_class(c), alpha)) for c in remaining]
-            return AuditPlan("batches", None, 0.0, alpha, None, True, cps)
+            return AuditPlan("batches", None, 0.0, alpha, None, True, cps, fuzz=self.fuzz_plan)
         budget = settings.budget_s
         left = budget - self.elapsed() - self.overhead() * len(remaining)
         cost_of = self.cost_of
@@ -112,7 +113,7 @@ class AuditRun:
                                     "each runs its minimum of 2 decoder calls")
         if note and not self.notes:
             self.notes.append(note)
-        return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible, cps, note)
+        return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible, cps, note, fuzz=self.fuzz_plan)
 
 
 def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> AuditRun:
@@ -292,5 +293,5 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     finite = [c.planned_detectable_tv for c in carried if math.isfinite(c.planned_detectable_tv)]
     target_tv = max(finite) if (settings.mode == "budget" and finite) else None
     plan = AuditPlan(settings.mode, settings.effective_budget_s, run.pilot_s, alpha, target_tv, not run.notes,
-                     carried, run.notes[0] if run.notes else "")
+                     carried, run.notes[0] if run.notes else "", fuzz=run.fuzz_plan)
     return CasesOutcome(results=results, plan=plan, resumed=resumed, wall_time_s=time.perf_counter() - run.t0)

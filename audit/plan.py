@@ -98,6 +98,7 @@ class AuditPlan:
     feasible: bool
     cases: list[CasePlan] = field(default_factory=list)
     note: str = ""
+    fuzz: dict | None = None  # the fuzz stage's share: {share, planned_time_s, time_s, profile, ...} (audit/fuzz_stage.py)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -80,6 +80,8 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
     threads = (settings.get("threads") or {}).get("threads")
     if threads:  # the thread count can change the floats, hence the samples
         parts += ["--threads", str(int(threads))]
+    if "fuzz" in (case.get("config", {}).get("tags") or []):
+        return _generated_reproduction(case, settings, sampler, nb, alpha, parts, threads)
     return {
         "command": " ".join(parts),
         "python": (
@@ -98,6 +100,37 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         "num_batches": nb,
         "per_check_false_fail_rate": alpha,
         "false_fail_rate": float(f"{rate:.6g}"),
+        "threads": int(threads) if threads else None,
+    }
+
+
+def _generated_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha: float, parts: list,
+                            threads: int | None) -> dict:
+    """The reproduction of a fuzz-generated case (``fuzz-rows-*``, ``fuzz-laws-*``): no
+    ``--case`` can name it, so the command reruns the fuzzed audit with the same seed, the
+    case's number of calls for every case and the audit's false-fail rate (hence the same
+    checks and per-check rate); the Python rebuilds the case from the seed alone."""
+    i = parts.index("--case")
+    command = parts[:i] + parts[i + 2:]
+    j = command.index("--false-fail-rate")
+    command[j + 1] = f"{settings['false_fail_rate']:.6g}"
+    return {
+        "command": " ".join(command),
+        "python": (
+            (f"import torch\ntorch.set_num_threads({int(threads)})\n" if threads else "")
+            + "from specexact.audit import resolve_sampler, run_case\n"
+            "from specexact.fuzz.generated_cases import generated_case\n"
+            f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
+            f"case = generated_case({case['name']!r}, verifier, seed={settings['seed']!r})\n"
+            f"result = run_case(case, verifier, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
+            f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
+            "print(result.defect or [str(c) for c in result.checks])"
+        ),
+        "case_seed": case.get("seed"),
+        "batch_size": case.get("config", {}).get("batch_size"),
+        "num_batches": nb,
+        "per_check_false_fail_rate": alpha,
+        "false_fail_rate": float(f"{settings['false_fail_rate']:.6g}"),
         "threads": int(threads) if threads else None,
     }
 
@@ -189,11 +222,14 @@ def build_report(
     plan: dict | None = None,
     shards: list | None = None,
     resumed_cases: Sequence[str] = (),
+    fuzz: dict | None = None,
 ) -> dict:
     """Assemble the report (schema ``specexact.audit/1``) from finished cases' dicts.
 
     Used by :func:`run_audit` and by :func:`specexact.audit.shard.merge_reports`, so a
-    merged report is computed exactly as an unsharded one.
+    merged report is computed exactly as an unsharded one. ``fuzz`` is the fuzz stage's
+    result (:meth:`specexact.fuzz.FuzzResult.to_dict`, since 1.3): its findings fail the
+    audit too.
     """
     alpha = settings["per_check_false_fail_rate"]
     flat = []
@@ -232,6 +268,8 @@ def build_report(
                 "reproduction": _reproduction(case, settings, sampler),
             })
     verdict = "pass" if all(c["verdict"] == "pass" for c in case_dicts) else "fail"
+    if fuzz is not None and fuzz.get("findings"):
+        verdict = "fail"
     report = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -255,6 +293,8 @@ def build_report(
     report["notes"] = [f"{r['case']} / {r['check']}: {r['note']}" for r in report["acceptance"] if r["note"]]
     if shards is not None:
         report["shards"] = shards
+    if fuzz is not None:
+        report["fuzz"] = fuzz
     add_diagnosis(report)
     return report
 

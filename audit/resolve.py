@@ -167,6 +167,10 @@ def resolve_audit(verifier, settings: AuditSettings) -> ResolvedAudit:
         cases share a name.
     """
     all_cases = list(default_cases_for(verifier) if settings.cases is None else settings.cases)
+    if settings.fuzz:  # the fuzz phase's statistical cases, drawn from the seed (known before sampling)
+        from specexact.fuzz.generated_cases import generated_cases
+
+        all_cases += generated_cases(verifier, settings.fuzz_settings())
     # A logits-level sampler that does not implement an operation (e.g. no presence
     # penalty) cannot be audited on a class that needs it: drop the class (the whole case
     # when no class is left), say why.

@@ -63,6 +63,22 @@ class AuditSettings:
         Seconds the caller already spent on this audit before :func:`run_audit` (the
         command's start-up: imports, resolving the sampler), counted against ``budget_s``
         so that the budget holds for the whole command. Not part of the audit's key.
+    fuzz : bool
+        Run the fuzz phase (:mod:`specexact.fuzz`): its exact families as a stage before
+        the cases, and its generated statistical cases among the cases. Default False for
+        the Python API; ``specexact audit`` turns it on unless ``--no-fuzz``.
+    fuzz_share : float
+        Budget mode: the share of ``budget_s`` the exact fuzz families get, in (0, 1)
+        (default 0.2); time they leave unused goes to the cases (which are planned after
+        the fuzz stage from the time actually left).
+    fuzz_profile : {"ci", "nightly"}
+        How much the fuzz phase explores (:class:`specexact.fuzz.FuzzSettings`).
+    fuzz_examples : int, optional
+        Examples per exact family (default: the profile's with ``num_batches``; as many as
+        the share allows with a budget).
+    fuzz_database_dir : path, optional
+        Hypothesis example database of the fuzz phase (earlier failures replayed first);
+        the CLI uses ``<report-dir>/.fuzz-examples``.
 
     Raises
     ------
@@ -86,6 +102,11 @@ class AuditSettings:
     case_timeout_s: float | None = None
     threads: int | None = None
     elapsed_before_s: float = 0.0
+    fuzz: bool = False
+    fuzz_share: float = 0.2
+    fuzz_profile: str = "ci"
+    fuzz_examples: int | None = None
+    fuzz_database_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.cases is not None and not isinstance(self.cases, tuple):
@@ -118,6 +139,34 @@ class AuditSettings:
             raise ValueError(f"elapsed_before_s must be >= 0 and finite, got {self.elapsed_before_s!r}")
         if int(self.seed) != self.seed:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        self._check_fuzz()
+
+    def _check_fuzz(self) -> None:
+        if not isinstance(self.fuzz, bool):
+            raise TypeError(f"fuzz must be a bool, got {self.fuzz!r}")
+        if not (isinstance(self.fuzz_share, (int, float)) and 0 < self.fuzz_share < 1):
+            raise ValueError(f"fuzz_share must be in (0, 1), got {self.fuzz_share!r}")
+        if self.fuzz_profile not in ("ci", "nightly"):
+            raise ValueError(f"fuzz_profile must be 'ci' or 'nightly', got {self.fuzz_profile!r}")
+        if self.fuzz_examples is not None and (int(self.fuzz_examples) != self.fuzz_examples or self.fuzz_examples < 1):
+            raise ValueError(f"fuzz_examples must be an integer >= 1, got {self.fuzz_examples!r}")
+        if self.fuzz_database_dir is not None and not isinstance(self.fuzz_database_dir, str):
+            object.__setattr__(self, "fuzz_database_dir", os.fspath(self.fuzz_database_dir))
+
+    @property
+    def fuzz_time_s(self) -> float | None:
+        """Time of the exact fuzz families: ``fuzz_share * budget_s`` in budget mode, None
+        (a fixed number of examples) with ``num_batches`` or without the fuzz phase."""
+        if not self.fuzz or self.num_batches is not None:
+            return None
+        return float(self.fuzz_share * self.budget_s)
+
+    def fuzz_settings(self):
+        """The :class:`specexact.fuzz.FuzzSettings` of this audit's fuzz phase."""
+        from specexact.fuzz.settings import FuzzSettings
+
+        return FuzzSettings(profile=self.fuzz_profile, seed=int(self.seed), time_s=self.fuzz_time_s,
+                            examples=self.fuzz_examples, database_dir=self.fuzz_database_dir)
 
     @property
     def mode(self) -> str:

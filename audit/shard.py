@@ -108,6 +108,7 @@ def merge_reports(reports: Sequence[dict]) -> dict:
         finished_at=max(r.get("finished_at") or r["started_at"] for r in shards),
         wall_time_s=max(r["wall_time_s"] for r in shards),
         plan=None,
+        fuzz=next((r["fuzz"] for r in shards if r.get("fuzz")), None),  # the fuzz stage runs in shard 1
         shards=[{
             "index": r["settings"]["shard"]["index"],
             "count": r["settings"]["shard"]["count"],

@@ -7,15 +7,17 @@ engines, and correct verifiers written differently from the built-in one (``CORR
 fail, every correct one must pass. Use them the same way to check a harness of your own:
 ``specexact audit --sampler specexact.audit.zoo:resample_from_target``.
 
-All take and return what :func:`specexact.decoders.verify` does; randomness comes only from
-``generator`` (unless the bug is about randomness).
+All take and return what :func:`specexact.decoders.verify` does, and refuse invalid input
+as it does (:func:`~specexact.decoders.validate_verify_inputs`: the fuzz phase holds every
+sampler to that); randomness comes only from ``generator`` (unless the bug is about
+randomness).
 """
 
 from __future__ import annotations
 
 import torch
 
-from specexact.decoders import PLACEHOLDER_ID, verify
+from specexact.decoders import PLACEHOLDER_ID, validate_verify_inputs, verify
 
 __all__ = ["WRONG", "CORRECT"]
 
@@ -35,6 +37,7 @@ def _chain(ids, draft_probs, target_probs, generator, *, uniforms=None, accept_s
 
     final_row(target_row, draft_row, rejected) -> unnormalised law of the last token.
     """
+    validate_verify_inputs(ids, draft_probs, target_probs)
     B, K = ids.shape
     dev = target_probs.device
     rows = torch.arange(B, device=dev)
@@ -79,6 +82,7 @@ def inverted_ratio(ids, draft_probs, target_probs, generator=None):
 
 def always_accept(ids, draft_probs, target_probs, generator=None):
     """Accept every drafted token (lossy 'trust the draft')."""
+    validate_verify_inputs(ids, draft_probs, target_probs)
     B, K = ids.shape
     last = torch.multinomial(target_probs[:, K].double(), 1, generator=generator).squeeze(1)
     return _assemble(ids, torch.full((B,), K, device=ids.device), last)
@@ -179,6 +183,7 @@ def half_precision_sampling(ids, draft_probs, target_probs, generator=None):
 
 def loop_reference(ids, draft_probs, target_probs, generator=None):
     """Row by row, position by position, in float64: the textbook algorithm."""
+    validate_verify_inputs(ids, draft_probs, target_probs)
     B, K = ids.shape
     out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64)
     for b in range(B):
@@ -211,6 +216,7 @@ def exponential_race(ids, draft_probs, target_probs, generator=None):
 
 def division_form(ids, draft_probs, target_probs, generator=None):
     """Acceptance by explicit ratio min(1, target/draft); the residual normalised by hand."""
+    validate_verify_inputs(ids, draft_probs, target_probs)
     B, K = ids.shape
     ids = ids.long()
     p_d = target_probs[:, :K].gather(2, ids[:, :, None]).squeeze(2).double()

@@ -25,6 +25,8 @@ import sys
 import time
 import traceback
 
+from specexact.fuzz.cli import add_audit_fuzz_options, add_fuzz_parser  # the fuzz hook (light: no torch)
+
 from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
                          CliError, os_error_line)
 
@@ -113,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-journal", action="store_true",
                    help="do not journal finished cases (an interrupted audit then starts over)")
     _report_args(a, "the")
+    add_audit_fuzz_options(a)  # --no-fuzz, --fuzz-profile, --fuzz-share (specexact.fuzz.cli)
+    add_fuzz_parser(sub)  # specexact fuzz
     m = sub.add_parser("merge", help="merge the JSON reports of 'audit --shard' runs into one report")
     m.add_argument("reports", nargs="+", metavar="SHARD.json", help="the JSON reports of shards 1/N .. N/N")
     _report_args(m, "the merged")
@@ -143,8 +147,14 @@ def _render(args) -> int:
     return render_command(args)
 
 
+def _fuzz(args) -> int:
+    from specexact.fuzz.cli import run_fuzz_command
+
+    return run_fuzz_command(args)
+
+
 #: Sub-command name -> function of the parsed arguments returning the exit status.
-COMMANDS = {"audit": _audit, "merge": _merge, "render": _render}
+COMMANDS = {"audit": _audit, "merge": _merge, "render": _render, "fuzz": _fuzz}
 
 
 def _error(message: str) -> int:

@@ -20,6 +20,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from specexact.fuzz.cli import audit_fuzz_settings, fuzz_exit_status, fuzz_status, print_fuzz
+
 from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
                          CliError, os_error_line)
 from .cli_output import fmt_tv, prepare_dir, prepare_file, print_table, write_outputs
@@ -159,7 +161,9 @@ class _Display:
         from rich.markup import escape
 
         kind = ev["event"]
-        if kind == "pilot":
+        if kind.startswith("fuzz"):
+            fuzz_status(ev, self.progress.console)
+        elif kind == "pilot":
             self.stage = "pilot"
             how = " and choosing the number of torch threads" if ev.get("choose_threads") else ""
             self.progress.update(self.task, description=f"pilot: timing one decoder call of {ev['num_cases']} "
@@ -310,6 +314,7 @@ def audit_command(args) -> int:
                                  journal_dir=None if journal_dir is None else str(journal_dir), fresh=args.fresh,
                                  isolate=args.isolate, case_timeout_s=args.case_timeout,
                                  case_set=("quick" if args.quick else "default"), threads=args.threads,
+                                 **audit_fuzz_settings(args),
                                  elapsed_before_s=time.perf_counter() - getattr(args, "started", time.perf_counter()))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
@@ -350,8 +355,8 @@ def audit_command(args) -> int:
             return EXIT_ERROR
     _summary(report, paths, console)
     if diff is not None:
-        return EXIT_FAIL if diff.regressed else EXIT_PASS
-    return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+        return fuzz_exit_status(report, EXIT_FAIL if diff.regressed else EXIT_PASS)
+    return fuzz_exit_status(report, EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL)
 
 
 def _error_line(message: str) -> None:
@@ -375,6 +380,7 @@ def _summary(report: dict, paths: dict, console) -> None:
         console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}",
                       soft_wrap=True)
         console.print(f"  reproduce: {escape(f['reproduction']['command'])}", soft_wrap=True)  # one line: copyable
+    print_fuzz(report, console)
     threads = (report["settings"].get("threads") or {}).get("threads")
     console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
                   f"{report['wall_time_s']:.1f} s" + (f" ({threads} torch thread{'s' if threads != 1 else ''})"

@@ -9,7 +9,8 @@
   :func:`speculative_generate_reference` computes every row's (same output).
 - :func:`verify`: modified rejection sampling with the probability-level protocol (a fast
   path; :func:`verify_reference` is its readable reference, same output on the same
-  generator state).
+  generator state); :func:`verify_with_uniforms`: the same with the acceptance uniforms
+  supplied (boundary-uniform probes).
 - :class:`ToyLM`: small seeded prefix-dependent language models.
 """
 
@@ -32,6 +33,7 @@ from .rejection_sampling import (
     validate_verify_inputs_reference,
     verify,
     verify_reference,
+    verify_with_uniforms,
 )
 
 __all__ = [
@@ -60,4 +62,5 @@ __all__ = [
     "validate_verify_inputs_reference",
     "verify",
     "verify_reference",
+    "verify_with_uniforms",
 ]

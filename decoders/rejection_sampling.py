@@ -14,6 +14,11 @@ The protocol is how the built-in decoder and any third-party verifier plug into 
   (:mod:`~specexact.decoders.verify_inputs`) and a residual draw that reads only the
   stopping rows (:mod:`~specexact.decoders.residual_sampling`). On other devices it runs
   the reference, whose ``[B, V]`` temporaries are cheap there.
+- :func:`verify_with_uniforms`: :func:`verify` with the acceptance uniforms supplied by the
+  caller (the fuzz phase's boundary-uniform probes); given the uniforms :func:`verify`
+  would draw, it returns what :func:`verify` returns. ``verify.verify_with_uniforms`` and
+  ``verify.uniforms_dtype`` (float64) make :func:`verify` a uniforms-taking sampler for
+  :func:`~specexact.decoders.adapters.takes_uniforms`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ __all__ = [
     "validate_verify_inputs_reference",
     "verify",
     "verify_reference",
+    "verify_with_uniforms",
 ]
 
 PLACEHOLDER_ID = -1
@@ -103,14 +109,21 @@ def verify(
     if validate:
         validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
     B, K = draft_token_ids.shape
+    u = uniform((B, K), generator, target_probs.device)  # [B, K]
+    return _verify_given_uniforms(draft_token_ids, draft_probs, target_probs, u, generator)
+
+
+def _verify_given_uniforms(draft_token_ids, draft_probs, target_probs, u, generator) -> torch.Tensor:
+    """:func:`verify` after its acceptance uniforms ``u [B, K]`` (float64) are drawn: the
+    reference on small inputs and off the CPU, the fast path otherwise."""
+    B, K = draft_token_ids.shape
     if target_probs.device.type != "cpu" or B * target_probs.shape[2] <= sampling.SMALL_ELEMENTS:
-        return verify_reference(draft_token_ids, draft_probs, target_probs, generator, validate=False)
+        return _reference_given_uniforms(draft_token_ids, draft_probs, target_probs, u, generator)
     ids = draft_token_ids.long()
 
     # Acceptance, as the reference: only p_i(d_i) and q_i(d_i) are read.
     p_d = target_probs[:, :K].gather(2, ids[:, :, None]).squeeze(2).to(torch.float64)  # [B, K]
     q_d = draft_probs.gather(2, ids[:, :, None]).squeeze(2).to(torch.float64)  # [B, K]
-    u = uniform((B, K), generator, target_probs.device)  # [B, K]
     stop = (u * q_d < p_d).to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B], in [0, K]
 
     last = sample_last_tokens(target_probs, draft_probs, stop, generator)  # [B]
@@ -207,6 +220,13 @@ def verify_reference(
     if validate:
         validate_verify_inputs_reference(draft_token_ids, draft_probs, target_probs)
     B, K = draft_token_ids.shape
+    u = uniform((B, K), generator, target_probs.device)  # [B, K]
+    return _reference_given_uniforms(draft_token_ids, draft_probs, target_probs, u, generator)
+
+
+def _reference_given_uniforms(draft_token_ids, draft_probs, target_probs, u, generator) -> torch.Tensor:
+    """:func:`verify_reference` after its acceptance uniforms ``u [B, K]`` are drawn."""
+    B, K = draft_token_ids.shape
     device = target_probs.device
     ids = draft_token_ids.long()
     rows = torch.arange(B, device=device)
@@ -214,7 +234,6 @@ def verify_reference(
     # Acceptance: only p_i(d_i) and q_i(d_i) are needed for the decisions.
     p_d = target_probs[:, :K].gather(2, ids[:, :, None]).squeeze(2).to(torch.float64)  # [B, K]
     q_d = draft_probs.gather(2, ids[:, :, None]).squeeze(2).to(torch.float64)  # [B, K]
-    u = uniform((B, K), generator, device)  # [B, K]
     accepted = u * q_d < p_d  # [B, K]
     num_accepted = accepted.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
 
@@ -235,3 +254,68 @@ def verify_reference(
     out[:, :K] = torch.where(positions[:, :K] < stop[:, None], ids, PLACEHOLDER_ID)
     out[rows, stop] = last
     return out
+
+
+def verify_with_uniforms(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    uniforms: torch.Tensor,
+    generator: torch.Generator | None = None,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """:func:`verify` with the acceptance uniforms given instead of drawn.
+
+    Shape: ``draft_token_ids [B, K], draft_probs [B, K, V], target_probs [B, K+1, V],
+    uniforms [B, K] -> emitted [B, K+1]``.
+
+    Draft ``i`` of row ``b`` is accepted iff ``uniforms[b, i] * q < p`` (float64, as in
+    :func:`verify`); the recovered and bonus tokens are drawn from ``generator``. Given the
+    uniforms :func:`verify` draws first (``torch.rand((B, K), generator=g, dtype=float64)``)
+    and ``g`` after that draw, it returns exactly what ``verify(..., g)`` returns (tested in
+    ``tests/decoders/test_verify_with_uniforms.py``). This is the uniforms-injection
+    protocol of :func:`~specexact.decoders.adapters.takes_uniforms`, which the fuzz
+    phase's boundary-uniform probes use (Leviathan et al. 2023, arXiv:2211.17192,
+    Algorithm 1, with the uniform made explicit).
+
+    Parameters
+    ----------
+    draft_token_ids, draft_probs, target_probs, generator, validate
+        As :func:`verify`; ``generator`` draws only the ``B`` uniforms of the last tokens.
+    uniforms : torch.Tensor
+        Shape ``[B, K]``, floating point, values in ``[0, 1)``; taken in float64.
+
+    Returns
+    -------
+    torch.LongTensor
+        Shape ``[B, K+1]``, as :func:`verify`.
+
+    Raises
+    ------
+    TypeError
+        ``uniforms`` not a floating tensor, a bad generator, or (from the validation) bad
+        input types.
+    ValueError
+        ``uniforms`` of the wrong shape or with a value outside ``[0, 1)`` (or NaN), and
+        what :func:`verify` raises.
+    """
+    _check_generator(generator)
+    draft_probs, target_probs = _no_grad(draft_probs), _no_grad(target_probs)
+    if validate:
+        validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
+    if not isinstance(uniforms, torch.Tensor) or not uniforms.is_floating_point():
+        raise TypeError(f"uniforms must be a floating torch.Tensor, got "
+                        f"{getattr(uniforms, 'dtype', type(uniforms).__name__)}")
+    if tuple(uniforms.shape) != tuple(draft_token_ids.shape):
+        raise ValueError(f"uniforms must have shape {tuple(draft_token_ids.shape)} (draft_token_ids), "
+                         f"got {tuple(uniforms.shape)}")
+    u = uniforms.detach().to(device=target_probs.device, dtype=torch.float64)
+    if not bool(((u >= 0) & (u < 1)).all()):
+        bad = (~((u >= 0) & (u < 1))).nonzero()[0].tolist()
+        raise ValueError(f"uniforms must lie in [0, 1), got {u[tuple(bad)].item()!r} at {bad}")
+    return _verify_given_uniforms(draft_token_ids, draft_probs, target_probs, u, generator)
+
+
+verify.verify_with_uniforms = verify_with_uniforms  # the uniforms-injection protocol (adapters.protocol)
+verify.uniforms_dtype = torch.float64

@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+from .fuzz_section import fuzz_html
 
 __all__ = ["render_html"]
 
@@ -121,7 +122,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
   {% if f.defect %}<details><summary>defect details</summary><pre>{{ f.defect }}</pre></details>{% endif %}
 </div>
 {% endfor %}
-
+{{ fuzz_section|safe }}
 <h2>Do the p-values look uniform?</h2>
 <div class="grid2">
 {% if img.qq %}<figure><img alt="QQ plot of p-values" src="data:image/png;base64,{{ img.qq }}">
@@ -363,6 +364,7 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         certified_note=CERTIFIED_TV_NOTE, lossy_text=lossy_interval_text,
         scheme_rows=[a for a in report.get("acceptance") or []
                      if a.get("scheme") not in (None, "tokenwise") or a.get("note")],
+        fuzz_section=fuzz_html(report),  # escaped by its own template (reports/fuzz_section.py)
     )
 
 

@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+from .fuzz_section import fuzz_markdown
 
 __all__ = ["render_markdown"]
 
@@ -150,6 +151,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
                 lines.append(f"  - worst: {worst}")
             lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
         lines.append("")
+    lines += fuzz_markdown(report)  # the fuzz phase (reports/fuzz_section.py)
     plan_cases = {c["name"]: c for c in plan.get("cases") or []}
     lines += ["## Cases", "",
               f"| case | verdict | sequences | calls ({_planned_label(report)}) | ≈ planned TV | wall s | description |",

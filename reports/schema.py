@@ -33,6 +33,96 @@ _NULLABLE_INT = {"type": ["integer", "null"]}
 _RATE = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
 _TIMESTAMP = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"}
 
+FUZZ_DEFS: dict[str, Any] = {
+    "fuzz_plan": {
+        "description": "the fuzz stage's part of the plan (since 1.3)",
+        "type": "object",
+        "required": ["share", "planned_time_s", "time_s", "profile", "examples_per_family", "generated_cases"],
+        "properties": {
+            "share": {"anyOf": [{"type": "null"}, {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}]},
+            "planned_time_s": _NULLABLE_NUMBER,
+            "time_s": _NULLABLE_NUMBER,
+            "profile": {"enum": ["ci", "nightly"]},
+            "examples_per_family": _NULLABLE_INT,
+            "generated_cases": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "fuzz_family": {
+        "type": "object",
+        "required": ["name", "description", "rules", "examples", "calls", "examples_to_failure", "time_s", "stopped",
+                     "tried", "vocab_sizes", "error"],
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "rules": {"type": "array", "items": {"type": "string"}},
+            "examples": {"type": "integer", "minimum": 0},
+            "calls": {"type": "integer", "minimum": 0},
+            "examples_to_failure": _NULLABLE_INT,
+            "time_s": {"type": "number", "minimum": 0},
+            "stopped": {"enum": ["examples", "time", "failure", "error"]},
+            "tried": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+            "vocab_sizes": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2},
+            "error": _NULLABLE_STRING,
+        },
+    },
+    "fuzz_finding": {
+        "type": "object",
+        "required": ["family", "rule", "rule_text", "message", "example", "example_summary", "call",
+                     "examples_to_failure", "replay", "known_as", "flaky"],
+        "properties": {
+            "family": {"type": "string"},
+            "rule": {"type": "string"},
+            "rule_text": {"type": "string"},
+            "message": {"type": "string"},
+            "example": {"type": "string"},
+            "example_summary": {"type": "object"},
+            "call": {
+                "type": "object",
+                "required": ["entry", "generator_seed", "uniforms", "vocab_size", "batch_size", "num_draft_tokens",
+                             "level"],
+                "properties": {
+                    "entry": {"enum": ["verify", "verify_with_uniforms", "verify_logits",
+                                       "verify_logits_with_uniforms"]},
+                    "generator_seed": {"type": "integer", "minimum": 0},
+                    "uniforms": {"anyOf": [{"type": "null"},
+                                           {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}]},
+                    "vocab_size": {"type": "integer", "minimum": 0},
+                    "batch_size": {"type": "integer", "minimum": 0},
+                    "num_draft_tokens": {"type": "integer", "minimum": 0},
+                    "level": {"enum": ["probability", "logits"]},
+                },
+            },
+            "examples_to_failure": _NULLABLE_INT,
+            "replay": {"type": "string"},
+            "known_as": _NULLABLE_STRING,
+            "flaky": {"type": "boolean"},
+        },
+    },
+    "fuzz": {
+        "description": "the fuzz stage (specexact.fuzz.FuzzResult.to_dict(); since 1.3)",
+        "type": "object",
+        "required": ["sampler", "level", "verdict", "settings", "subject", "time_s", "families", "findings",
+                     "generated_cases", "error"],
+        "properties": {
+            "sampler": {"type": "string"},
+            "level": {"enum": ["probability", "logits"]},
+            "verdict": {"enum": ["pass", "fail", "error"]},
+            "settings": {"type": "object", "required": ["profile", "seed"],
+                         "properties": {"profile": {"enum": ["ci", "nightly"]}, "seed": {"type": "integer"}}},
+            "subject": {"type": "object", "required": ["randomness", "input_dtypes", "uniforms_dtype"],
+                        "properties": {"randomness": {"type": "string"},
+                                       "input_dtypes": {"type": "array", "items": {"type": "string"}},
+                                       "uniforms_dtype": _NULLABLE_STRING}},
+            "time_s": {"type": "number", "minimum": 0},
+            "families": {"type": "array", "items": {"$ref": "#/$defs/fuzz_family"}},
+            "findings": {"type": "array", "items": {"$ref": "#/$defs/fuzz_finding"}},
+            "generated_cases": {"type": "array", "items": {"type": "string"}},
+            "error": _NULLABLE_STRING,
+        },
+    },
+}
+"""The fuzz phase's part of the schema (``fuzz``, ``plan.fuzz``; since 1.3)."""
+
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://specexact.invalid/schemas/audit/1.3/audit.schema.json",
@@ -88,6 +178,7 @@ REPORT_SCHEMA: dict[str, Any] = {
         "notes": {"type": "array", "items": {"type": "string"},
                   "description": "observations that are not failures, e.g. a scheme that accepts less than "
                                  "token-wise verification by design (since 1.3)"},
+        "fuzz": {"$ref": "#/$defs/fuzz"},
     },
     "$defs": {
         "diagnosis": {
@@ -339,8 +430,10 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "feasible": {"type": "boolean"},
                 "cases": {"type": "array", "items": {"$ref": "#/$defs/case_plan"}},
                 "note": {"type": "string"},
+                "fuzz": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/fuzz_plan"}]},
             },
         },
+        **FUZZ_DEFS,
         "environment": {
             "type": "object",
             "required": ["specexact", "python", "torch", "cuda", "device", "platform", "git_revision"],

@@ -8,6 +8,12 @@ reference the logits-level audit is tested with, and a template for an engine's 
 (replace :meth:`LogitsLevelVerifier.target_probs` and the verifier by the engine's own).
 
 ``specexact audit --sampler builtin-logits`` audits it in the built-in order.
+
+When its probability-level verifier takes supplied uniforms (the built-in ``verify`` does:
+:func:`~specexact.decoders.verify_with_uniforms`), so does the adapter
+(:meth:`LogitsLevelVerifier.verify_logits_with_uniforms`, the logits-level
+uniforms-injection protocol of :func:`~specexact.decoders.adapters.takes_uniforms`).
+Inputs are checked first (:func:`~specexact.decoders.adapters.logits_inputs.validate_logits_verify_inputs`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from specexact.decoders.params import batch_params
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID, verify
 
-from .protocol import Capabilities, LogitsVerifyInputs
+from .logits_inputs import validate_logits_verify_inputs
+from .protocol import Capabilities, LogitsVerifyInputs, takes_uniforms, uniforms_dtype_of
 
 __all__ = ["LogitsLevelVerifier", "candidate_histories", "verify_logits_level"]
 
@@ -92,8 +99,38 @@ class LogitsLevelVerifier:
         return probs.reshape(B, K + 1, V)
 
     def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``-> LongTensor [B, K+1]`` (the ``verify`` output)."""
+        """``-> LongTensor [B, K+1]`` (the ``verify`` output).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs (:func:`~specexact.decoders.adapters.logits_inputs.validate_logits_verify_inputs`)
+            or parameters the declared processing does not implement.
+        """
+        validate_logits_verify_inputs(inputs)
         return self.verifier(inputs.draft_token_ids, inputs.draft_probs, self.target_probs(inputs), generator)
+
+    @property
+    def verify_logits_with_uniforms(self):
+        """``verify_logits_with_uniforms(inputs, uniforms [B, K], generator) -> [B, K+1]``:
+        :meth:`verify_logits` with the acceptance uniforms supplied to the wrapped
+        verifier's ``verify_with_uniforms``; ``None`` when that verifier takes none (so
+        :func:`~specexact.decoders.adapters.takes_uniforms` is False)."""
+        if not takes_uniforms(self.verifier):
+            return None
+
+        def with_uniforms(inputs: LogitsVerifyInputs, uniforms: torch.Tensor,
+                          generator: torch.Generator | None = None) -> torch.Tensor:
+            validate_logits_verify_inputs(inputs)
+            return self.verifier.verify_with_uniforms(inputs.draft_token_ids, inputs.draft_probs,
+                                                      self.target_probs(inputs), uniforms, generator)
+
+        return with_uniforms
+
+    @property
+    def uniforms_dtype(self) -> torch.dtype:
+        """The dtype of the wrapped verifier's acceptance uniforms."""
+        return uniforms_dtype_of(self.verifier)
 
     def __repr__(self) -> str:
         return f"<LogitsLevelVerifier {self.name} order={self.processing.order}>"

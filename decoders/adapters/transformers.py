@@ -43,7 +43,19 @@ to an ulp), the lossless path divides 0 by 0 and ``torch.multinomial`` raises
 ``RuntimeError`` (the built-in falls back to the target row):
 :data:`ZERO_MASS_RESIDUAL_CRASH`. Neither shows in a statistical audit (each has
 probability about ``2**-24`` per affected draft); both were found by reading the code and
-pinned with seeds searched for offline.
+pinned with seeds searched for offline; the fuzz phase (:mod:`specexact.fuzz`) finds both
+by itself through the uniforms the adapter supplies (below).
+
+Supplying the acceptance uniforms (:meth:`TransformersSpeculativeSampling.verify_with_uniforms`):
+the adapter owns the call, so for the boundary-uniform probes it intercepts the one uniform
+draw of ``_speculative_sampling``, ``r_i = torch.rand_like(probability_ratio)``: for the
+duration of the call the function's global ``torch`` is a thin proxy whose ``rand_like``
+returns the caller's uniforms (cast to the ratio's dtype, float32, and shape) and forwards
+every other attribute to torch. Nothing else changes: transformers still computes its own
+ratio, compares ``r_i <= probability_ratio`` itself and draws its recovered / bonus token
+with ``torch.multinomial`` from the (seeded) global RNG. The proxy checks that
+``rand_like`` is called exactly once with ``K`` entries, so a transformers version that
+draws differently is refused rather than probed wrongly.
 """
 
 from __future__ import annotations
@@ -52,11 +64,13 @@ import contextlib
 import inspect
 from typing import Iterator
 
+
 import torch
 import transformers
 from transformers.generation import utils as _hf_generation_utils
 
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID
+from specexact.decoders.verify_inputs import validate_verify_inputs
 
 from .protocol import Capabilities, probs_to_logits, seeded_global_rng
 
@@ -68,6 +82,7 @@ __all__ = [
     "ZERO_PROBABILITY_ACCEPTANCE",
     "ZERO_MASS_RESIDUAL_CRASH",
     "FINDINGS",
+    "supplied_uniforms",
 ]
 
 TESTED_VERSIONS = ("4.45.2", "4.57.6", "5.17.0", "5.24.0")
@@ -80,6 +95,49 @@ _VARIANTS = {
                                                                  {"is_done_candidate": False}),
     _BASE + ("assistant_ensemble_weight",): ("assistant_ensemble_weight", {}),
 }
+
+
+class _TorchWithUniforms:
+    """``torch`` as ``_speculative_sampling`` sees it while the adapter supplies its uniforms:
+    ``rand_like`` returns the given values, every other attribute is torch's."""
+
+    def __init__(self, values: torch.Tensor) -> None:
+        self._values = values
+        self.calls = 0
+
+    def rand_like(self, like: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > 1 or like.numel() != self._values.numel():
+            raise RuntimeError(
+                f"cannot supply the acceptance uniforms: _speculative_sampling drew rand_like a "
+                f"{'second time' if self.calls > 1 else f'with {like.numel()} entries for {self._values.numel()} drafts'}")
+        return self._values.to(dtype=like.dtype, device=like.device).reshape(like.shape)
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+
+@contextlib.contextmanager
+def supplied_uniforms(function, values: torch.Tensor) -> Iterator[_TorchWithUniforms]:
+    """Within the block, ``function``'s uniform draw ``torch.rand_like`` returns ``values``.
+
+    ``function`` must be a Python function whose module refers to ``torch`` by that global
+    name (transformers' ``_speculative_sampling``); its globals are restored on exit.
+
+    Raises
+    ------
+    TypeError
+        If ``function`` has no Python globals holding ``torch`` (nothing to intercept).
+    """
+    namespace = getattr(function, "__globals__", None)
+    if not isinstance(namespace, dict) or namespace.get("torch") is not torch:
+        raise TypeError(f"cannot supply uniforms to {function!r}: it does not draw through a global 'torch'")
+    proxy = _TorchWithUniforms(values)
+    namespace["torch"] = proxy
+    try:
+        yield proxy
+    finally:
+        namespace["torch"] = torch
 
 
 @contextlib.contextmanager
@@ -126,6 +184,7 @@ class TransformersSpeculativeSampling:
         self.variant, self._extra = _VARIANTS[params]
         self.signature = str(inspect.signature(self.function))
         self.dtype = dtype
+        self.uniforms_dtype = dtype  # r_i = torch.rand_like(probability_ratio): the ratio's dtype
         self.capabilities = Capabilities(
             max_batch_size=1,
             dtypes=(dtype,),
@@ -153,11 +212,13 @@ class TransformersSpeculativeSampling:
         }
 
     def verify_rows(self, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor,
-                    target_probs: torch.Tensor) -> torch.Tensor:
+                    target_probs: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
         """The rows one by one through transformers, on torch's *global* RNG as it stands.
 
         Shape: ``[B, K], [B, K, V], [B, K+1, V] -> [B, K+1]``. For reproductions:
-        ``torch.manual_seed(seed); verify_rows(...)`` replays a call exactly.
+        ``torch.manual_seed(seed); verify_rows(...)`` replays a call exactly. With
+        ``uniforms [B, K]``, row ``b``'s acceptance uniforms are ``uniforms[b]`` (module
+        docstring) instead of transformers' own draw.
         """
         B, K = draft_token_ids.shape
         ids = draft_token_ids.long()
@@ -166,21 +227,34 @@ class TransformersSpeculativeSampling:
         out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=ids.device)
         with one_thread():
             for b in range(B):
-                valid = self.call_row(ids[b:b + 1], q_logits[b:b + 1], K, p_logits[b:b + 1], row=b)
+                valid = self.call_row(ids[b:b + 1], q_logits[b:b + 1], K, p_logits[b:b + 1], row=b,
+                                      uniforms=None if uniforms is None else uniforms[b])
                 out[b, : valid.numel()] = valid.to(out.device)
         return out
 
     def call_row(self, candidate_input_ids: torch.Tensor, candidate_logits: torch.Tensor, candidate_length: int,
-                 new_logits: torch.Tensor, *, row: int) -> torch.Tensor:
+                 new_logits: torch.Tensor, *, row: int, uniforms: torch.Tensor | None = None) -> torch.Tensor:
         """One ``_speculative_sampling`` call (batch 1) -> its valid tokens ``[n+1]``.
+
+        ``uniforms [K]``, if given, replace transformers' acceptance uniforms for this call
+        (:func:`supplied_uniforms`).
 
         Raises
         ------
         RuntimeError
-            If transformers returns a token count that disagrees with its ``n_matches``.
+            If transformers returns a token count that disagrees with its ``n_matches``, or
+            (with ``uniforms``) draws its uniforms otherwise than one ``rand_like`` of K entries.
         """
-        valid, n_matches = self.function(candidate_input_ids, candidate_logits, candidate_length, new_logits,
-                                         **self._extra)
+        if uniforms is None:
+            valid, n_matches = self.function(candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                                             **self._extra)
+        else:
+            with supplied_uniforms(self.function, uniforms) as proxy:
+                valid, n_matches = self.function(candidate_input_ids, candidate_logits, candidate_length,
+                                                 new_logits, **self._extra)
+            if proxy.calls != 1:
+                raise RuntimeError(f"cannot supply the acceptance uniforms: _speculative_sampling drew "
+                                   f"rand_like {proxy.calls} times in row {row}")
         valid = valid.reshape(-1)
         n = int(n_matches)
         if valid.numel() != n + 1:
@@ -193,12 +267,57 @@ class TransformersSpeculativeSampling:
 
         One seed is drawn from ``generator`` per call; torch's global RNG is seeded with it
         for the call and restored afterwards.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs (:func:`~specexact.decoders.validate_verify_inputs`, as the
+            built-in ``verify``), checked before transformers sees them; a generator that
+            is not a ``torch.Generator``.
         """
+        _check_inputs(draft_token_ids, draft_probs, target_probs, generator)
         with seeded_global_rng(generator, target_probs.device):
             return self.verify_rows(draft_token_ids, draft_probs, target_probs)
 
+    def verify_with_uniforms(self, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor,
+                             target_probs: torch.Tensor, uniforms: torch.Tensor,
+                             generator: torch.Generator | None = None) -> torch.Tensor:
+        """The uniforms-injection protocol (:func:`~specexact.decoders.adapters.takes_uniforms`).
+
+        Shape: ``[B, K], [B, K, V], [B, K+1, V], uniforms [B, K] -> [B, K+1]``. As
+        ``__call__``, but draft ``i`` of row ``b`` is judged by transformers' own rule
+        ``r <= p/q`` with ``r = uniforms[b, i]`` cast to float32 (:attr:`uniforms_dtype`);
+        the recovered / bonus token still comes from the global RNG seeded from
+        ``generator``. ``uniforms`` should lie on the float32 grid of ``[0, 1)``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As ``__call__``; ``uniforms`` not a floating tensor of shape ``[B, K]`` in ``[0, 1]``.
+        """
+        _check_inputs(draft_token_ids, draft_probs, target_probs, generator)
+        _check_uniforms(uniforms, draft_token_ids)
+        with seeded_global_rng(generator, target_probs.device):
+            return self.verify_rows(draft_token_ids, draft_probs, target_probs, uniforms=uniforms)
+
     def __repr__(self) -> str:
         return f"<TransformersSpeculativeSampling transformers {transformers.__version__} ({self.variant})>"
+
+
+def _check_inputs(draft_token_ids, draft_probs, target_probs, generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    validate_verify_inputs(draft_token_ids, draft_probs, target_probs)
+
+
+def _check_uniforms(uniforms, draft_token_ids) -> None:
+    if not isinstance(uniforms, torch.Tensor) or not uniforms.is_floating_point():
+        raise TypeError(f"uniforms must be a floating torch.Tensor, got "
+                        f"{getattr(uniforms, 'dtype', type(uniforms).__name__)}")
+    if tuple(uniforms.shape) != tuple(draft_token_ids.shape):
+        raise ValueError(f"uniforms must have shape {tuple(draft_token_ids.shape)}, got {tuple(uniforms.shape)}")
+    if not bool(((uniforms >= 0) & (uniforms <= 1)).all()):
+        raise ValueError("uniforms must lie in [0, 1]")
 
 
 verify = TransformersSpeculativeSampling()
@@ -226,6 +345,7 @@ ZERO_PROBABILITY_ACCEPTANCE = {
     "target_probs": [[[1.0, 0.0], [0.5, 0.5]]],
     "forbidden": {"row": 0, "position": 0, "token": 1},
     "expected": "position 0 never holds token 1 (target probability 0 after the context)",
+    "fuzz_rule": "zero_probability_token",  # the rule of specexact.fuzz that finds it
 }
 """The smallest reproduction found (B=1, K=1, V=2); see
 :func:`specexact.audit.reproduce.reproduction_script`."""
@@ -247,6 +367,9 @@ ZERO_MASS_RESIDUAL_CRASH = {
                       [0.14877460896968842, 0.29212382435798645, 0.5591016411781311]]],
     "forbidden": None,
     "expected": "a token from the target row (the residual is empty up to rounding), not an exception",
+    "fuzz_rule": "no_crash",
+    "fuzz_message": "probability tensor contains",
+    "fuzz_level": "probability",  # at the logits level a NaN can also come from overflowing logits
 }
 """A crash (B=1, K=1, V=3): float32 values are exact in the lists above."""
 

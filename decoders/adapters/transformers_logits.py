@@ -21,6 +21,14 @@ are built on a tiny randomly initialised GPT-2 (no download): only its
 
 Randomness: torch's global RNG, seeded once per call from the passed generator
 (:func:`~specexact.decoders.adapters.protocol.seeded_global_rng`).
+
+Supplied uniforms (:meth:`TransformersAssistedVerification.verify_logits_with_uniforms`,
+for the fuzz phase's boundary-uniform probes): the adapter owns the call and intercepts
+``_speculative_sampling``'s one draw ``torch.rand_like(probability_ratio)``, which then
+returns the caller's uniforms in float32
+(:func:`~specexact.decoders.adapters.transformers.supplied_uniforms`); transformers' own
+processors, ratio, comparison ``r <= p/q`` and recovered / bonus draw are unchanged.
+Inputs are checked first (:func:`~specexact.decoders.adapters.logits_inputs.validate_logits_verify_inputs`).
 """
 
 from __future__ import annotations
@@ -32,10 +40,13 @@ from specexact.decoders.params import SamplingParams
 from specexact.decoders.processing import LogitsProcessing
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID
 
+from .logits_inputs import validate_logits_verify_inputs
 from .protocol import Capabilities, LogitsVerifyInputs, probs_to_logits, seeded_global_rng
-from .transformers import TransformersSpeculativeSampling, one_thread
+from .transformers import FINDINGS, TransformersSpeculativeSampling, _check_uniforms, one_thread
 
-__all__ = ["TRANSFORMERS_PROCESSING", "TransformersAssistedVerification", "verify_logits_level"]
+__all__ = ["TRANSFORMERS_PROCESSING", "TransformersAssistedVerification", "verify_logits_level", "FINDINGS"]
+
+# FINDINGS (re-exported): the same _speculative_sampling, so the same deterministic findings.
 
 TRANSFORMERS_PROCESSING = LogitsProcessing(
     order=("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
@@ -64,6 +75,7 @@ class TransformersAssistedVerification:
 
     def __init__(self, function=None) -> None:
         self._sampling = TransformersSpeculativeSampling(function)
+        self.uniforms_dtype = self._sampling.uniforms_dtype
         self._processors: dict[SamplingParams, object] = {}
         self._model = None
         self.capabilities = Capabilities(
@@ -142,8 +154,9 @@ class TransformersAssistedVerification:
                 new_logits[:, i, :] = processors(candidate_input_ids[:, : cur_len + i], new_logits[:, i, :])
         return candidate_input_ids, new_logits
 
-    def verify_rows(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
-        """The rows one by one, on torch's global RNG as it stands: ``-> [B, K+1]``."""
+    def verify_rows(self, inputs: LogitsVerifyInputs, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+        """The rows one by one, on torch's global RNG as it stands: ``-> [B, K+1]``; with
+        ``uniforms [B, K]``, row ``b``'s acceptance uniforms are ``uniforms[b]``."""
         B, K = inputs.draft_token_ids.shape
         out = torch.full((B, K + 1), PLACEHOLDER_ID, dtype=torch.int64, device=inputs.draft_token_ids.device)
         candidate_logits = probs_to_logits(inputs.draft_probs, torch.float32)  # [B, K, V]
@@ -151,15 +164,40 @@ class TransformersAssistedVerification:
             for b in range(B):
                 candidate_input_ids, new_logits = self.processed_target_logits(inputs, b)
                 valid = self._sampling.call_row(candidate_input_ids, candidate_logits[b:b + 1].cpu(), K, new_logits,
-                                                row=b)
+                                                row=b, uniforms=None if uniforms is None else uniforms[b])
                 out[b, : valid.numel()] = valid.to(out.device)
         return out
 
     def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
         """The logits-level protocol: ``-> LongTensor [B, K+1]``; one seed per call from
-        ``generator`` for torch's global RNG, restored afterwards."""
+        ``generator`` for torch's global RNG, restored afterwards.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid inputs (:func:`~specexact.decoders.adapters.logits_inputs.validate_logits_verify_inputs`),
+            a generator that is not a ``torch.Generator``, or parameters transformers does not implement.
+        """
+        self._check(inputs, generator)
         with seeded_global_rng(generator, inputs.target_logits.device):
             return self.verify_rows(inputs)
+
+    def verify_logits_with_uniforms(self, inputs: LogitsVerifyInputs, uniforms: torch.Tensor,
+                                    generator: torch.Generator | None = None) -> torch.Tensor:
+        """The uniforms-injection protocol at the logits level: as :meth:`verify_logits`, with
+        draft ``i`` of row ``b`` judged by transformers' ``r <= p/q`` for ``r = uniforms[b, i]``
+        in float32 (module docstring). Shape: ``uniforms [B, K] -> [B, K+1]``."""
+        self._check(inputs, generator)
+        _check_uniforms(uniforms, inputs.draft_token_ids)
+        with seeded_global_rng(generator, inputs.target_logits.device):
+            return self.verify_rows(inputs, uniforms=uniforms)
+
+    def _check(self, inputs: LogitsVerifyInputs, generator) -> None:
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        validate_logits_verify_inputs(inputs)
+        for params in inputs.target_params:
+            self.logits_processor(params)  # raises ValueError for an operation transformers lacks
 
     def __repr__(self) -> str:
         return f"<TransformersAssistedVerification transformers {transformers.__version__}>"

@@ -12,7 +12,7 @@ from specexact.audit import SamplerError, resolve_sampler
 from specexact.audit.decisions_checks import DECISION_CHECKS
 from specexact.cli import main
 
-QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet"]
+QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet", "--no-fuzz"]
 
 
 def run_cli(args, tmp_path):

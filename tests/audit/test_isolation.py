@@ -38,7 +38,7 @@ def cases(*names):
 def test_hang_and_segfault_are_recorded_as_findings(tmp_path, faulty):
     # v8-plain hangs forever, v12-eos-cut kills its process with SIGSEGV: two findings, one
     # audit that finishes and exits 1.
-    code = main(["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2",
+    code = main(["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2", "--no-fuzz",
                  "--sampler", "faulty_samplers:hang_on_v8_segfault_on_v12", "--isolate", "--case-timeout", "8",
                  "--report-dir", str(tmp_path), "--quiet", "--no-html"])
     assert code == 1

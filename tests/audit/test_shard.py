@@ -13,7 +13,7 @@ from specexact.cli import main
 from specexact.reports import validate_report
 
 ARGS = ["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--case", "v4-greedy-mix",
-        "--batches", "2", "--quiet", "--no-html", "--no-journal"]
+        "--batches", "2", "--quiet", "--no-html", "--no-journal", "--no-fuzz"]
 
 
 @pytest.fixture(autouse=True)

@@ -156,7 +156,7 @@ def test_journal_resume_shard_and_merge(tmp_path, alpha):
     paths = []
     for i in (1, 2):
         out = tmp_path / f"s{i}"
-        code = main(["audit", "--quick", "--case", CASE.name, "--case", "v8-plain", "--batches", "2", "--shard",
+        code = main(["audit", "--quick", "--case", CASE.name, "--case", "v8-plain", "--batches", "2", "--no-fuzz", "--shard",
                      f"{i}/2", "--false-fail-rate", repr(alpha * (V8_CHECKS + VERIFY_CHECKS)), "--quiet", "--no-html", "--no-journal", "--report-dir", str(out)])
         assert code == 0
         paths.append(next(out.glob("audit-*.json")))

@@ -101,3 +101,32 @@ def test_other_orders_run_and_declare_themselves():
     v = LogitsLevelVerifier(proc, name="hf-order")
     assert v.capabilities.processing == proc
     assert v.metadata()["processing"]["order"] == list(proc.order)
+
+
+def test_supplied_uniforms_give_verify_logits_output_for_the_uniforms_it_draws():
+    from specexact.decoders import verify
+    from specexact.decoders.adapters import takes_uniforms, uniforms_dtype_of
+
+    v = LogitsLevelVerifier()
+    assert takes_uniforms(v) and uniforms_dtype_of(v) == torch.float64
+    x = inputs()
+    x = LogitsVerifyInputs(draft_token_ids=x.draft_token_ids, draft_probs=x.draft_probs,
+                           target_logits=torch.randn(2, 4, 5, generator=torch.Generator().manual_seed(1)),
+                           target_params=tuple(PARAMS[:2]), prompt_token_ids=x.prompt_token_ids,
+                           output_token_ids=x.output_token_ids)
+    g = torch.Generator().manual_seed(7)
+    h = torch.Generator().set_state(g.get_state())
+    expected = v.verify_logits(x, g)
+    u = torch.rand((2, 3), generator=h, dtype=torch.float64)
+    assert torch.equal(v.verify_logits_with_uniforms(x, u, h), expected)
+    # a wrapped verifier without the uniforms protocol: the adapter does not claim it
+    assert not takes_uniforms(LogitsLevelVerifier(verifier=lambda *a: verify(*a)))
+
+
+def test_invalid_logits_inputs_are_refused_by_name():
+    v = LogitsLevelVerifier()
+    x = inputs()
+    with pytest.raises(ValueError, match="target_logits contain NaN"):
+        v.verify_logits(LogitsVerifyInputs(**{**x.__dict__, "target_logits": torch.full((2, 4, 5), float("nan"))}))
+    with pytest.raises(ValueError, match="output_token_ids must lie"):
+        v.verify_logits(LogitsVerifyInputs(**{**x.__dict__, "output_token_ids": torch.tensor([[7], [0]])}))

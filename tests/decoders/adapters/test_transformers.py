@@ -129,12 +129,11 @@ def test_transformers_passes_the_quick_audit(alpha):
 
 
 # Finding (transformers 4.45.2, 4.57.6, 5.17.0, 5.24.0): `r <= p/q` with a float32 uniform r that
-# is 0 with probability 2**-24 accepts a draft whose target probability is 0. Strict: when
-# transformers changes the rule (e.g. to `r < p/q` or float64 uniforms), this XPASSes
-# and fails, so the record gets updated.
-@pytest.mark.xfail(strict=True, reason="transformers accepts a zero-target-probability draft when its "
-                                       "float32 uniform is exactly 0 (probability 2**-24 per draft)")
-def test_zero_target_probability_draft_is_never_accepted():
+# is 0 with probability 2**-24 accepts a draft whose target probability is 0. These used to be
+# strict xfails pinned by reading the code; the fuzz phase now finds both by itself (below).
+# The recorded evidence stays: when transformers changes the rule (e.g. to `r < p/q` or float64
+# uniforms) the evidence tests fail, so the record gets updated.
+def test_evidence_zero_target_probability_draft_is_accepted_when_its_uniform_is_0():
     f = ZERO_PROBABILITY_ACCEPTANCE
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(f["global_seed"])
@@ -143,15 +142,13 @@ def test_zero_target_probability_draft_is_never_accepted():
         out = verify.verify_rows(torch.tensor(f["draft_token_ids"]), torch.tensor(f["draft_probs"]),
                                  torch.tensor(f["target_probs"]))
     bad = f["forbidden"]
-    assert int(out[bad["row"], bad["position"]]) != bad["token"], f"emitted {out.tolist()}: {f['summary']}"
+    assert int(out[bad["row"], bad["position"]]) == bad["token"], f"the defect is gone ({out.tolist()}): update the record"
 
 
 # Finding (same versions): when the draft law exceeds the target law by one ulp on the drafted
-# token, a rejection (probability about 2**-23) leaves max(p - q, 0) with no mass; the
-# lossless path divides 0 by 0 and torch.multinomial raises.
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="transformers divides an empty residual by its zero sum and torch.multinomial raises")
-def test_empty_residual_does_not_crash():
+# token, a rejection (probability about 2**-23) leaves max(p - q, 0) with no mass; the lossless
+# path divides 0 by 0 and torch.multinomial raises.
+def test_evidence_empty_residual_crashes():
     f = ZERO_MASS_RESIDUAL_CRASH
     args = [torch.tensor(x) for x in (f["draft_token_ids"], f["draft_probs"], f["target_probs"])]
     p = torch.log(args[2][0, 0]).softmax(-1)
@@ -161,8 +158,70 @@ def test_empty_residual_does_not_crash():
         torch.manual_seed(f["global_seed"])
         assert torch.rand(1).item() == 1 - 2**-24
         torch.manual_seed(f["global_seed"])
-        out = verify.verify_rows(*args)
-    assert check_verifier_output(out, args[0], 3).item() >= 1
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            verify.verify_rows(*args)
+
+
+def test_supplied_uniforms_reach_transformers_own_rule_and_only_its_acceptance_draw():
+    f = ZERO_PROBABILITY_ACCEPTANCE
+    ids, q, p = (torch.tensor(x) for x in (f["draft_token_ids"], f["draft_probs"], f["target_probs"]))
+    u0 = torch.zeros(1, 1, dtype=torch.float64)
+    assert verify.verify_with_uniforms(ids, q, p, u0, torch.Generator().manual_seed(0)).tolist()[0][0] == 1  # r <= 0
+    tiny = torch.full((1, 1), 2.0**-24, dtype=torch.float64)
+    assert verify.verify_with_uniforms(ids, q, p, tiny, torch.Generator().manual_seed(0)).tolist() == [[0, -1]]
+    # At u = the float32 ratio exactly, transformers accepts (r <= p/q); just above, it rejects.
+    V, B = 3, 6
+    qq = torch.tensor([[[0.25, 0.25, 0.5]]]).expand(B, 1, V).contiguous()
+    pp = torch.tensor([[[0.2, 0.3, 0.5], [0.1, 0.2, 0.7]]]).expand(B, 2, V).contiguous()
+    # transformers' own ratio: softmax of the log-probabilities the adapter feeds it, in float32
+    ratio = float(torch.log(pp[0, 0]).softmax(-1)[0] / torch.log(qq[0, 0]).softmax(-1)[0])
+    above = float(torch.nextafter(torch.tensor(ratio, dtype=torch.float32), torch.tensor(1.0)))
+    u = torch.tensor([[ratio], [above], [0.0], [1 - 2**-24], [ratio], [above]], dtype=torch.float64)
+    out = verify.verify_with_uniforms(torch.zeros(B, 1, dtype=torch.int64), qq, pp, u, torch.Generator().manual_seed(3))
+    assert ((out >= 0).sum(1) == 2).tolist() == [True, False, True, False, True, False]
+    # the recovered / bonus tokens still come from the generator (seeded global RNG): same seed, same tokens
+    again = verify.verify_with_uniforms(torch.zeros(B, 1, dtype=torch.int64), qq, pp, u, torch.Generator().manual_seed(3))
+    assert torch.equal(out, again)
+    with pytest.raises(ValueError, match="shape"):
+        verify.verify_with_uniforms(ids, q, p, torch.zeros(2, 1, dtype=torch.float64))
+
+
+def test_invalid_inputs_are_refused_before_transformers_sees_them():
+    V = 3
+    ids = torch.tensor([[0]])
+    q = torch.full((1, 1, V), 1 / 3)
+    p = torch.full((1, 2, V), 1 / 3)
+    with pytest.raises(ValueError, match="NaN"):
+        verify(ids, q, torch.full((1, 2, V), float("nan")), torch.Generator())
+    with pytest.raises(ValueError, match="draft_token_ids must lie"):
+        verify(ids + 3, q, p, torch.Generator())
+    with pytest.raises(TypeError, match="generator"):
+        verify(ids, q, p, 5)
+
+
+def _fuzzed(name, sampler):
+    from specexact.fuzz import FuzzSettings, run_fuzz
+
+    return run_fuzz(sampler, FuzzSettings(), name=name)
+
+
+def _replay(script: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(script, "replay", "exec"), {})
+    return out.getvalue()
+
+
+def test_the_fuzz_phase_finds_both_findings_with_small_shrunk_examples_and_working_replays():
+    result = _fuzzed("transformers", verify)
+    found = {f.known_as: f for f in result.findings if f.known_as}
+    assert set(found) == {f["id"] for f in FINDINGS}, [(f.rule, f.message) for f in result.findings]
+    for f in found.values():
+        assert f.family == "acceptance_probes" and f.call["vocab_size"] <= 8, f.example
+        assert "REPRODUCED" in _replay(f.replay)
+    assert found["transformers-zero-probability-acceptance"].rule == "zero_probability_token"
+    assert found["transformers-zero-mass-residual-crash"].rule == "no_crash"
+    assert found["transformers-zero-probability-acceptance"].call["uniforms"] == [[0.0]]
 
 
 @pytest.mark.parametrize("finding", FINDINGS, ids=lambda f: f["id"])

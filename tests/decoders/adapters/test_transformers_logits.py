@@ -119,7 +119,7 @@ def test_classes_it_cannot_run_are_dropped_and_named():
 
 @pytest.mark.statistical(checks=RUN_CHECKS)
 def test_transformers_logits_passes_the_quick_audit_and_reports_skips(alpha, tmp_path):
-    code = main(["audit", "--sampler", "transformers-logits", "--quick", "--batches", "2", "--quiet", "--no-html",
+    code = main(["audit", "--sampler", "transformers-logits", "--quick", "--batches", "2", "--quiet", "--no-html", "--no-fuzz",
                  "--false-fail-rate", str(alpha * RUN_CHECKS), "--report-dir", str(tmp_path)])
     assert code == 0
     report = json.loads(next(tmp_path.glob("audit-transformers-logits-*.json")).read_text())
@@ -168,3 +168,24 @@ def test_no_runnable_case_is_exit_2(tmp_path, capsys, monkeypatch):
     captured = capsys.readouterr()
     assert "temperature=0 (greedy)" in (captured.out + captured.err).replace("\n", " ")
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_supplied_uniforms_at_the_logits_level():
+    from specexact.decoders.adapters import takes_uniforms, uniforms_dtype_of
+
+    v = verify_logits_level
+    assert takes_uniforms(v) and uniforms_dtype_of(v) == torch.float32
+    # a one-hot target (top-k 1 keeps token 2) and a draft on token 0: p(d) = 0
+    x = LogitsVerifyInputs(draft_token_ids=torch.tensor([[0]]), draft_probs=torch.full((1, 1, 3), 1 / 3),
+                           target_logits=torch.tensor([[[0.0, 1.0, 2.0], [0.0, 0.0, 0.0]]]),
+                           target_params=(SamplingParams(top_k=1),), prompt_token_ids=torch.tensor([[1]]),
+                           output_token_ids=torch.zeros(1, 0, dtype=torch.int64))
+    u = torch.zeros(1, 1, dtype=torch.float64)
+    assert v.verify_logits_with_uniforms(x, u, torch.Generator().manual_seed(0))[0, 0] == 0, \
+        "transformers' r <= p/q accepts the removed token at r = 0 (the recorded finding)"
+    u = torch.full((1, 1), 0.5, dtype=torch.float64)
+    assert v.verify_logits_with_uniforms(x, u, torch.Generator().manual_seed(0)).tolist() == [[2, -1]]
+    with pytest.raises(ValueError, match="NaN"):
+        v.verify_logits(LogitsVerifyInputs(**{**x.__dict__, "target_logits": torch.full((1, 2, 3), float("nan"))}))
+    with pytest.raises(ValueError, match="does not implement"):
+        v.verify_logits(LogitsVerifyInputs(**{**x.__dict__, "target_params": (SamplingParams(presence_penalty=1.0),)}))

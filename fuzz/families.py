@@ -1,0 +1,140 @@
+"""The fuzz families: what is generated and which exact rules each example is held to.
+
+A :class:`Family` pairs a Hypothesis strategy of examples with a check that raises
+:class:`~specexact.fuzz.rules.RuleBroken`. :func:`families_for` lists those that apply
+to a sampler (the probes only where acceptance uniforms can be supplied):
+
+==========================  =====================================================  ==========================
+family                      examples                                               rules
+==========================  =====================================================  ==========================
+``verify_calls``            pair families and near-equal pairs, V 1..262145        protocol, zero-probability
+                                                                                   token, crash, hang, inputs
+                                                                                   unmodified, generator
+``acceptance_probes``       the same, V <= 8193; each draft probed with boundary   acceptance rule (and the
+                            uniforms and its threshold bisected                    above on every probe call)
+``invalid_inputs``          a small valid example with one corruption              refuses invalid input
+``logits_calls``            raw logits, parameters, histories (logits level)       as ``verify_calls``
+``logits_acceptance_probes``  the same, V <= 8193                                  as ``acceptance_probes``
+``logits_invalid_inputs``   a small logits example with one corruption             refuses invalid input
+==========================  =====================================================  ==========================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+from .generation import SEEDS, logits_examples, prob_examples
+from .invalid import LOGITS_CORRUPTIONS, PROB_CORRUPTIONS, check_refused
+from .invariants import check_call_invariants
+from .probes import probe_example
+from .subject import Call, Subject
+
+__all__ = ["Family", "families_for", "PROBE_MAX_VOCAB", "INVALID_MAX_VOCAB"]
+
+#: Largest V of the probe families (a bisection makes ~30-60 calls per example).
+PROBE_MAX_VOCAB = 8193
+#: Largest V of the invalid-input families (the corruption matters, not the size).
+INVALID_MAX_VOCAB = 64
+
+
+@dataclass(frozen=True)
+class Family:
+    """One fuzz family.
+
+    Attributes
+    ----------
+    name, description : str
+    rules : tuple of str
+        The rules its check can break.
+    strategy : SearchStrategy
+        Examples (``ProbExample``, ``LogitsExample``, or ``(example, corruption, seed)``).
+    check : callable
+        ``check(example)``: raises :class:`~specexact.fuzz.rules.RuleBroken`.
+    weight : float
+        Its share of the fuzz time (normalised over the families that run).
+    describe : callable
+        ``describe(example) -> dict`` (family, vocab_size, ...) for the report's tallies.
+    """
+
+    name: str
+    description: str
+    rules: tuple[str, ...]
+    strategy: SearchStrategy
+    check: Callable
+    weight: float
+    describe: Callable
+
+
+_CALL_RULES = ("output_protocol", "zero_probability_token", "no_crash", "no_hang", "inputs_unmodified",
+               "uses_generator", "same_generator_same_output")
+_PROBE_RULES = ("acceptance_rule", "zero_probability_token", "no_crash", "no_hang", "output_protocol")
+
+
+def _calls(subject: Subject):
+    entry = "verify_logits" if subject.logits_level else "verify"
+
+    def check(example) -> None:
+        call = Call(entry=entry, inputs=example.inputs, generator_seed=example.generator_seed,
+                    source=f"{example!r}.inputs")
+        check_call_invariants(subject, call)
+
+    return check
+
+
+def _probes(subject: Subject):
+    def check(example) -> None:
+        probe_example(subject, example.inputs, generator_seed=example.generator_seed, source=f"{example!r}.inputs")
+
+    return check
+
+
+def _invalid(subject: Subject):
+    def check(case) -> None:
+        example, kind, seed = case
+        check_refused(subject, example.inputs, kind, seed=seed, source=f"corrupt({example!r}.inputs, {kind!r}, {seed})")
+
+    return check
+
+
+def _describe(example) -> dict:
+    return example.describe()
+
+
+def _describe_invalid(case) -> dict:
+    example, kind, _ = case
+    return {**example.describe(), "family": kind}
+
+
+def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Family]:
+    """The families that apply to ``subject`` (module docstring).
+
+    ``max_vocab`` caps V everywhere (default: 262145 for the call families).
+    """
+    def cap(v: int | None) -> int | None:
+        return v if max_vocab is None else (max_vocab if v is None else min(v, max_vocab))
+
+    if subject.logits_level:
+        examples, corruptions, prefix, calls = logits_examples, LOGITS_CORRUPTIONS, "logits_", "logits_calls"
+    else:
+        examples, corruptions, prefix, calls = prob_examples, PROB_CORRUPTIONS, "", "verify_calls"
+    out = [Family(calls,
+                  "generated inputs (every pair / logits family, V up to 262145): one call, then the same "
+                  "generator state again with torch's global RNG reseeded",
+                  _CALL_RULES, examples(subject, max_vocab=cap(None)), _calls(subject), 0.35, _describe)]
+    if subject.uniforms:
+        out.append(Family(f"{prefix}acceptance_probes",
+                          f"each draft probed with supplied uniforms (0, smallest, just below / at / just above "
+                          f"p/q, largest below 1) and its acceptance threshold bisected on the "
+                          f"{str(subject.uniforms_dtype).removeprefix('torch.')} grid",
+                          _PROBE_RULES, examples(subject, max_vocab=cap(PROBE_MAX_VOCAB)), _probes(subject), 0.45,
+                          _describe))
+    small = examples(subject, max_vocab=cap(INVALID_MAX_VOCAB), max_batch=2, max_drafts=2)
+    out.append(Family(f"{prefix}invalid_inputs", "a valid example with one corruption (NaN, inf, negative, no mass, "
+                                                 "ids out of range, wrong shapes or dtypes, not a generator)",
+                      ("refuses_invalid_input",), st.tuples(small, st.sampled_from(corruptions), SEEDS),
+                      _invalid(subject), 0.2, _describe_invalid))
+    return out

@@ -1,0 +1,63 @@
+"""run_fuzz end to end: the result object, the families that apply, an error of the phase."""
+
+import pytest
+import torch
+
+from specexact.decoders import verify
+from specexact.decoders.adapters.builtin_logits import verify_logits_level
+from specexact.fuzz import FuzzSettings, run_fuzz
+from specexact.fuzz import run as run_module
+from specexact.fuzz.families import Family
+from specexact.audit.zoo import loop_reference
+
+SMALL = FuzzSettings(examples=6, max_vocab=300)
+
+
+def test_a_correct_sampler_passes_and_the_result_says_what_was_tried():
+    threads = torch.get_num_threads()
+    result = run_fuzz(verify, SMALL, name="builtin")
+    assert torch.get_num_threads() == threads, "the thread setting is restored"
+    assert result.passed and result.findings == [] and result.error is None
+    d = result.to_dict()
+    assert d["verdict"] == "pass" and d["level"] == "probability"
+    assert [f["name"] for f in d["families"]] == ["verify_calls", "acceptance_probes", "invalid_inputs"]
+    assert all(f["examples"] == 6 and sum(f["tried"].values()) == 6 for f in d["families"])
+    assert d["subject"]["uniforms_dtype"] == "float64" and d["subject"]["declared"] is False
+
+
+def test_the_families_follow_the_sampler():
+    assert [f.name for f in run_fuzz(loop_reference, SMALL, name="loop").families] == [
+        "verify_calls", "invalid_inputs"]  # no supplied uniforms: no probes
+    logits = run_fuzz(verify_logits_level, FuzzSettings(examples=3, max_vocab=64), name="builtin-logits")
+    assert logits.passed and logits.level == "logits"
+    assert [f.name for f in logits.families] == ["logits_calls", "logits_acceptance_probes", "logits_invalid_inputs"]
+
+
+def test_an_error_of_the_fuzz_phase_is_reported_not_a_pass(monkeypatch):
+    from hypothesis import strategies as st
+
+    def families(subject, max_vocab=None):
+        return [Family("broken", "", ("no_crash",), st.integers(), lambda x: 1 / 0, 1.0, lambda x: {})]
+
+    monkeypatch.setattr(run_module, "families_for", families)
+    result = run_fuzz(verify, SMALL, name="builtin")
+    assert not result.passed and result.findings == [] and "ZeroDivisionError" in result.error
+    assert result.to_dict()["verdict"] == "error"
+
+
+def test_a_non_sampler_is_refused():
+    with pytest.raises(TypeError, match="not callable"):
+        run_fuzz(42, SMALL)
+
+
+def test_the_same_seed_gives_the_same_examples_in_another_process():
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json\nfrom specexact.decoders import verify\nfrom specexact.fuzz import FuzzSettings, run_fuzz\n"
+            "r = run_fuzz(verify, FuzzSettings(examples=5, max_vocab=64, seed=2), name='builtin')\n"
+            "print(json.dumps([[f.name, dict(f.tried), list(f.vocab)] for f in r.families]))")
+    here = run_fuzz(verify, FuzzSettings(examples=5, max_vocab=64, seed=2), name="builtin")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [[f.name, dict(f.tried), list(f.vocab)] for f in here.families]
