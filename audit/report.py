@@ -14,7 +14,7 @@ import numpy as np
 
 from specexact.exactness.budget import benjamini_hochberg
 
-from .decisions_checks import DECISION_CHECKS
+from .decisions_checks import DECISION_CHECK_NAMES, DECISION_CHECKS
 from .diagnosis import diagnose
 from .verify_case import VERIFY_CHECKS
 
@@ -37,14 +37,25 @@ def _is_accepted_length(chk: dict) -> bool:
     return chk["name"].startswith("accepted_length")
 
 
+def _is_decision_check(chk: dict) -> bool:
+    """A per-decision check (audit/decisions_checks.py): it judges each decision against the
+    declared scheme's rule, not the emitted law."""
+    return chk["name"] in DECISION_CHECK_NAMES
+
+
+def _law_checks_pass(case: dict) -> bool:
+    """Every check of the case on the emitted law and its independence passed (all but the
+    accepted-length and per-decision checks)."""
+    return all(c["passed"] for c in case["checks"] if not (_is_accepted_length(c) or _is_decision_check(c)))
+
+
 def under_accepting(case: dict, chk: dict) -> bool:
-    """Whether a failing accepted-length check is *exact but under-accepting*: every other
-    check of its case (the law checks: sequences, tokens, independence) passed, and the mean
+    """Whether a failing accepted-length check is *exact but under-accepting*: every check of
+    its case on the emitted law (sequences, tokens, independence) passed, and the mean
     accepted length fell below the scheme's own law's (for a token-wise sampler, the
-    token-wise optimum)."""
-    if chk["passed"] or not _is_accepted_length(chk):
-        return False
-    if any(not c["passed"] for c in case["checks"] if not _is_accepted_length(c)):
+    token-wise optimum). Per-decision checks may fail beside it (a sampler of another
+    scheme declared token-wise); they are findings of kind ``decision_rule``."""
+    if chk["passed"] or not _is_accepted_length(chk) or not _law_checks_pass(case):
         return False
     d = chk.get("details") or {}
     mean, expected = d.get("mean_accepted_length"), d.get("expected_mean_accepted_length")
@@ -52,8 +63,17 @@ def under_accepting(case: dict, chk: dict) -> bool:
 
 
 def _finding_kind(case: dict, chk: dict) -> str:
+    """``inexactness`` (a check of the emitted law failed, or a per-decision check beside
+    one), ``decision_rule`` (per-decision checks fail while every check of the emitted law
+    passes: the decisions do not follow the declared scheme — an inexactness too small for
+    the law checks, or an exact sampler of another scheme), ``under_accepting``, or a defect
+    kind."""
     if chk["name"] != "defect":
-        return "under_accepting" if under_accepting(case, chk) else "inexactness"
+        if under_accepting(case, chk):
+            return "under_accepting"
+        if _is_decision_check(chk) and _law_checks_pass(case):
+            return "decision_rule"
+        return "inexactness"
     kind = (chk.get("details") or {}).get("kind")
     if kind in ("timeout", "crash"):
         return kind

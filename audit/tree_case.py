@@ -234,7 +234,8 @@ def chain_case_reason(case, verifier) -> str | None:
     """Why a chain case (:class:`~specexact.audit.cases.AuditCase` or a verify-level case)
     cannot audit ``verifier`` for its protocol or scheme, or ``None``: a tree-protocol
     sampler has no chain call; tree schemes have no chain reference; a lossy sampler is
-    measured against an exact law, which two-sample and verify-level cases lack."""
+    measured against an exact law, which two-sample and verify-level cases lack; the
+    verify-level laws are the token-wise scheme's."""
     protocol, scheme = protocol_of(verifier), scheme_of(verifier)
     if protocol != "chain":
         return f"a chain-protocol case; the sampler declares protocol {protocol!r} (it runs the tree cases)"
@@ -242,6 +243,9 @@ def chain_case_reason(case, verifier) -> str | None:
         return f"the chain decoder has no reference for scheme {scheme!r} (tree cases judge it)"
     if scheme == "lossy" and (getattr(case, "kind", None) == "verify" or not case.exact):
         return "a lossy sampler is measured against an exact emitted law; this case has none at the decoder level"
+    if getattr(case, "kind", None) == "verify" and scheme != "tokenwise":
+        return (f"the verify-level laws (accepted length, recovered token after rejecting draft 0) are the "
+                f"token-wise scheme's; the sampler declares {scheme!r} (the decoder-level cases judge it)")
     return None
 
 

@@ -96,6 +96,8 @@ def print_fuzz(report: dict, console) -> None:
         return
     tried = ", ".join(f"{f['name']} {f['examples']}" for f in fuzz["families"])
     console.print(f"fuzz: {fuzz['verdict']} ({tried} examples; {fuzz['time_s']:.1f} s)")
+    for n in fuzz.get("not_applicable") or []:
+        console.print(f"fuzz: not applicable: {escape(n['what'])}: {escape(n['reason'])}")
     for f in fuzz["findings"]:
         known = f" = {f['known_as']}" if f.get("known_as") else ""
         console.print(f"[red]fuzz finding[/] {escape(f['family'])} / {escape(f['rule'])}{escape(known)}: "

@@ -2,7 +2,8 @@
 
 A :class:`Family` pairs a Hypothesis strategy of examples with a check that raises
 :class:`~specexact.fuzz.rules.RuleBroken`. :func:`families_for` lists those that apply
-to a sampler (the probes only where acceptance uniforms can be supplied):
+to a sampler (the probes only where acceptance uniforms can be supplied, and only for the
+token-wise scheme); :func:`not_applicable` says what does not apply and why:
 
 ==========================  =====================================================  ==========================
 family                      examples                                               rules
@@ -33,7 +34,7 @@ from .invariants import check_call_invariants
 from .probes import probe_example
 from .subject import Call, Subject
 
-__all__ = ["Family", "families_for", "PROBE_MAX_VOCAB", "INVALID_MAX_VOCAB"]
+__all__ = ["Family", "families_for", "not_applicable", "PROBE_MAX_VOCAB", "INVALID_MAX_VOCAB"]
 
 #: Largest V of the probe families (a bisection makes ~30-60 calls per example).
 PROBE_MAX_VOCAB = 8193
@@ -109,11 +110,42 @@ def _describe_invalid(case) -> dict:
     return {**example.describe(), "family": kind}
 
 
+def not_applicable(subject: Subject) -> list[dict]:
+    """What of the fuzz phase does not apply to ``subject``, and why:
+    ``[{"what": family or rule name, "reason": str}]``.
+
+    - A sampler of another call protocol than ``"chain"`` (a tree verifier) gets no
+      family: the examples are chain ``verify`` inputs.
+    - The acceptance-rule probes compare each draft's acceptance threshold with
+      ``min(1, p/q)``, and the rule ``uses_generator`` calls a decision random when that
+      ratio is strictly inside (0, 1): both are the token-wise rule's, so a sampler that
+      declares another scheme (sample-compare, block, lossy) is not held to them. The other
+      rules (protocol, zero-probability token, crash, hang, inputs unmodified, the same
+      generator state giving the same output, invalid inputs) hold for every scheme.
+    """
+    out = []
+    if subject.protocol != "chain":
+        out.append({"what": "every family", "reason": f"the examples are chain verify inputs; the sampler declares "
+                                                      f"protocol {subject.protocol!r}"})
+        return out
+    if subject.scheme != "tokenwise":
+        why = (f"judges the token-wise acceptance rule min(1, p/q); the sampler declares scheme "
+               f"{subject.scheme!r}")
+        if subject.uniforms:
+            out.append({"what": f"{'logits_' if subject.logits_level else ''}acceptance_probes", "reason": why})
+        out.append({"what": "uses_generator", "reason": why})
+    return out
+
+
 def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Family]:
-    """The families that apply to ``subject`` (module docstring).
+    """The families that apply to ``subject`` (module docstring; :func:`not_applicable`
+    lists the rest).
 
     ``max_vocab`` caps V everywhere (default: 262145 for the call families).
     """
+    if subject.protocol != "chain":
+        return []
+    tokenwise = subject.scheme == "tokenwise"
     def cap(v: int | None) -> int | None:
         return v if max_vocab is None else (max_vocab if v is None else min(v, max_vocab))
 
@@ -124,8 +156,9 @@ def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Fami
     out = [Family(calls,
                   "generated inputs (every pair / logits family, V up to 262145): one call, then the same "
                   "generator state again with torch's global RNG reseeded",
-                  _CALL_RULES, examples(subject, max_vocab=cap(None)), _calls(subject), 0.35, _describe)]
-    if subject.uniforms:
+                  _CALL_RULES if tokenwise else tuple(r for r in _CALL_RULES if r != "uses_generator"),
+                  examples(subject, max_vocab=cap(None)), _calls(subject), 0.35, _describe)]
+    if subject.uniforms and tokenwise:
         out.append(Family(f"{prefix}acceptance_probes",
                           f"each draft probed with supplied uniforms (0, smallest, just below / at / just above "
                           f"p/q, largest below 1) and its acceptance threshold bisected on the "

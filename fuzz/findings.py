@@ -117,6 +117,9 @@ class FuzzResult:
         Set when the fuzz phase itself could not run (CLI exit status 2).
     generated_cases : list of str
         The statistical cases the audit added for this phase (filled by the audit).
+    not_applicable : list of dict
+        ``{"what", "reason"}`` for each family or rule that does not apply to the sampler
+        (:func:`~specexact.fuzz.families.not_applicable`): not run, and said so.
     """
 
     sampler: str
@@ -128,6 +131,7 @@ class FuzzResult:
     time_s: float = 0.0
     error: str | None = None
     generated_cases: list = field(default_factory=list)
+    not_applicable: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -149,5 +153,6 @@ class FuzzResult:
                           "vocab_sizes": list(r.vocab), "error": r.error} for r in self.families],
             "findings": [f.to_dict() for f in self.findings],
             "generated_cases": list(self.generated_cases),
+            "not_applicable": [dict(n) for n in self.not_applicable],
             "error": self.error,
         }

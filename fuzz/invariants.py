@@ -115,7 +115,8 @@ def has_random_decision(subject: Subject, inputs, law: torch.Tensor | None = Non
 
 def check_call_invariants(subject: Subject, call: Call) -> torch.Tensor:
     """Every single-example rule on ``call``: :func:`checked_call`, inputs unmodified,
-    ``uses_generator`` and ``same_generator_same_output``. Returns the first output."""
+    ``uses_generator`` (token-wise samplers only: :func:`~specexact.fuzz.families.not_applicable`)
+    and ``same_generator_same_output``. Returns the first output."""
     law = target_law(subject, call.inputs)
     forbidden = forbidden_tokens(subject, call.inputs, law)
     copy = snapshot(call.inputs)
@@ -125,7 +126,8 @@ def check_call_invariants(subject: Subject, call: Call) -> torch.Tensor:
     changed = same_inputs(call.inputs, copy)
     if changed is not None:
         raise rule_error("inputs_unmodified", f"the call modified its input {changed}", call)
-    if has_random_decision(subject, call.inputs, law) and torch.equal(before, gen.get_state()):
+    if (subject.scheme == "tokenwise" and has_random_decision(subject, call.inputs, law)
+            and torch.equal(before, gen.get_state())):
         raise rule_error("uses_generator", "a call with a random acceptance decision left its generator untouched "
                                            "(the sampler draws its randomness elsewhere)", call)
     again = checked_call(subject, call, forbidden=forbidden, global_seed=OTHER_GLOBAL_SEED)

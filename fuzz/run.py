@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 
 from .engine import run_family
-from .families import families_for
+from .families import families_for, not_applicable
 from .findings import FuzzResult, finding_of
 from .hypothesis_env import without_local_constants
 from .settings import FuzzSettings
@@ -64,7 +64,8 @@ def run_fuzz(sampler, settings: FuzzSettings | None = None, *, name: str = "samp
         "randomness": subject.randomness, "input_dtypes": list(subject.input_dtypes),
         "rounding_dtype": str(subject.rounding_dtype).removeprefix("torch."),
         "uniforms_dtype": None if subject.uniforms_dtype is None else str(subject.uniforms_dtype).removeprefix("torch."),
-        "declared": subject.capabilities is not None, "processing": subject.processing.to_dict()})
+        "declared": subject.capabilities is not None, "processing": subject.processing.to_dict(),
+        "scheme": subject.scheme, "protocol": subject.protocol}, not_applicable=not_applicable(subject))
     start = time.perf_counter()
     threads = torch.get_num_threads()
     try:

@@ -24,6 +24,8 @@ from specexact.decoders.adapters.protocol import (
     LogitsVerifyInputs,
     is_logits_level,
     processing_of,
+    protocol_of,
+    scheme_of,
     takes_uniforms,
     uniforms_dtype_of,
 )
@@ -128,6 +130,13 @@ class Subject:
     device : torch.device
     call_timeout_s : float or None
         Per-call time limit.
+    scheme : str
+        The declared verification scheme (``"tokenwise"`` when undeclared): the
+        acceptance-rule probes and the rule ``uses_generator`` judge the token-wise rule
+        only (:func:`~specexact.fuzz.families.not_applicable`).
+    protocol : str
+        The declared call protocol (``"chain"`` when undeclared); the fuzz phase generates
+        chain ``verify`` inputs only.
     """
 
     sampler: object
@@ -142,6 +151,8 @@ class Subject:
     processing: LogitsProcessing
     device: torch.device
     call_timeout_s: float | None = 30.0
+    scheme: str = "tokenwise"
+    protocol: str = "chain"
 
     @classmethod
     def of(cls, sampler, name: str = "sampler", *, device: torch.device | str = "cpu",
@@ -168,7 +179,8 @@ class Subject:
                    randomness=caps.randomness if caps else "generator", input_dtypes=dtypes,
                    rounding_dtype=caps.dtypes[0] if caps else torch.float32, uniforms=uni,
                    uniforms_dtype=uniforms_dtype_of(sampler) if uni else None, processing=processing_of(sampler),
-                   device=torch.device(device), call_timeout_s=call_timeout_s)
+                   device=torch.device(device), call_timeout_s=call_timeout_s, scheme=scheme_of(sampler),
+                   protocol=protocol_of(sampler))
 
     @property
     def logits_level(self) -> bool:

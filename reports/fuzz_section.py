@@ -62,6 +62,8 @@ def fuzz_markdown(report: dict) -> list[str]:
              f"{_cell(fz['subject']['uniforms_dtype'] or 'not possible (no probes)')}"]
     if fz.get("error"):
         lines.append(f"- **the fuzz phase could not run:** {_cell(fz['error'].splitlines()[0])}")
+    for n in fz.get("not_applicable") or []:
+        lines.append(f"- not applicable, not run: {_cell(n['what'])} ({_cell(n['reason'])})")
     lines += ["", "| family | examples | stopped | s | V | tried (input family: examples) | rules |",
               "|---|---|---|---|---|---|---|"]
     for f in fz["families"]:
@@ -95,6 +97,7 @@ _HTML = r"""<h2>Fuzz phase</h2>
  {{ fz.level }} level, randomness {{ fz.subject.randomness }}, input dtypes {{ fz.subject.input_dtypes|join(", ") }},
  supplied uniforms {{ fz.subject.uniforms_dtype or "not possible (no probes)" }}</p>
 {% if fz.error %}<p class="note">The fuzz phase could not run: {{ fz.error }}</p>{% endif %}
+{% for n in fz.not_applicable or [] %}<p class="note">Not applicable, not run: <code>{{ n.what }}</code> ({{ n.reason }})</p>{% endfor %}
 <table><tr><th>family</th><th class="num">examples</th><th>stopped</th><th class="num">s</th><th>V</th>
 <th>tried (input family: examples)</th><th>rules</th></tr>
 {% for f in fz.families %}<tr class="{{ 'fail' if f.examples_to_failure }}"><td class="nowrap"><code>{{ f.name }}</code></td>

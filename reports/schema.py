@@ -117,6 +117,9 @@ FUZZ_DEFS: dict[str, Any] = {
             "families": {"type": "array", "items": {"$ref": "#/$defs/fuzz_family"}},
             "findings": {"type": "array", "items": {"$ref": "#/$defs/fuzz_finding"}},
             "generated_cases": {"type": "array", "items": {"type": "string"}},
+            "not_applicable": {"type": "array", "items": {
+                "type": "object", "required": ["what", "reason"],
+                "properties": {"what": {"type": "string"}, "reason": {"type": "string"}}}},
             "error": _NULLABLE_STRING,
         },
     },
@@ -320,7 +323,8 @@ REPORT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "case": {"type": "string"},
                 "check": {"type": "string"},
-                "kind": {"enum": ["inexactness", "under_accepting", "crash", "timeout", "protocol_violation"]},
+                "kind": {"enum": ["inexactness", "under_accepting", "decision_rule", "crash", "timeout",
+                                  "protocol_violation"]},
                 "message": {"type": "string"},
                 "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
                 "worst": {"$ref": "#/$defs/worst"},

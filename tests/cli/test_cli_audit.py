@@ -37,10 +37,14 @@ def test_quick_runs_in_its_own_small_budget_and_says_how_it_plans(tmp_path, caps
 def test_list_cases_describes_each_case_by_what_it_runs(capsys):
     from specexact.audit import default_cases
     from specexact.audit.catalog import opt_in_cases
+    from specexact.audit.tree_case import tree_cases
 
     assert main(["audit", "--list-cases"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [ln.split(":")[0].split(" ")[0] for ln in lines] == [c.name for c in [*default_cases(), *opt_in_cases()]]
+    assert [ln.split(":")[0].split(" ")[0] for ln in lines] == [c.name for c in [*default_cases(), *tree_cases(),
+                                                                                 *opt_in_cases()]]
+    tree = next(ln for ln in lines if ln.startswith("tree-rrs-v4"))
+    assert "(tree-protocol samplers of schemes " in tree
     v8 = next(ln for ln in lines if ln.startswith("v8-plain:"))
     assert "[V=8, γ=" in v8 and f"exact sequence law; {V8_CHECKS} checks]" in v8
     zipf = next(ln for ln in lines if ln.startswith("v4096-zipf:"))

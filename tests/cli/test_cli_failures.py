@@ -110,7 +110,8 @@ def test_reports_that_cannot_be_written_are_saved_elsewhere_and_the_journal_resu
     assert main(args) == 0
     (written,) = (tmp_path / "r").glob("audit-*.json")
     again = json.loads(written.read_text())
-    assert again["resumed_cases"] == ["v8-plain"]
+    # Every case, the fuzz phase's generated ones included, comes back from the journal.
+    assert again["resumed_cases"] == [c["name"] for c in report["cases"]] and "fuzz-rows-1" in again["resumed_cases"]
     assert [c["pvalue"] for c in again["checks"]] == [c["pvalue"] for c in report["checks"]]
     assert not list((tmp_path / "r").glob(".journal/*.jsonl"))
     # --no-journal: nothing to resume, but the report is still saved somewhere.
@@ -133,7 +134,7 @@ def test_same_audit_running_twice_the_second_says_why_and_the_first_is_unharmed(
     """Two identical audits in one folder at once: one holds the journal, the other exits 2
     naming it; the first one's report is written and complete."""
     args = ["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2", "--quiet",
-            "--no-html", "--threads", "1", "--sampler", "faulty_samplers:slow_once_on_v12",
+            "--no-html", "--threads", "1", "--no-fuzz", "--sampler", "faulty_samplers:slow_once_on_v12",
             "--false-fail-rate", str(alpha * V8_CHECKS), "--report-dir", str(tmp_path / "r")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]),
            "SPECEXACT_TEST_STALL_SECONDS": "20"}
@@ -206,7 +207,7 @@ def _wait_for_journal(run_dir: Path, proc) -> None:
 def test_interrupt_says_what_was_kept_and_the_rerun_resumes(tmp_path, sig, alpha):
     run_dir = tmp_path / "r"
     args = ["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2", "--quiet",
-            "--no-html", "--threads", "1", "--sampler", "faulty_samplers:stall_on_v12_if_asked",
+            "--no-html", "--threads", "1", "--no-fuzz", "--sampler", "faulty_samplers:stall_on_v12_if_asked",
             "--false-fail-rate", str(alpha * V8_CHECKS), "--report-dir", str(run_dir)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]), "SPECEXACT_TEST_STALL": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "specexact", *args], env=env, stdout=subprocess.PIPE,

@@ -61,3 +61,33 @@ def test_the_same_seed_gives_the_same_examples_in_another_process():
     here = run_fuzz(verify, FuzzSettings(examples=5, max_vocab=64, seed=2), name="builtin")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == [[f.name, dict(f.tried), list(f.vocab)] for f in here.families]
+
+
+def test_what_does_not_apply_to_a_scheme_or_protocol_is_not_run_and_is_said():
+    """The probes and ``uses_generator`` judge the token-wise rule; a lossy chain sampler
+    (typical acceptance: deterministic decisions) is held to the other rules only, and a
+    tree-protocol sampler gets no chain examples at all. Both are said in the result."""
+    from dataclasses import replace
+
+    from specexact.decoders.tree import REFERENCE_SAMPLERS
+    from specexact.fuzz.families import families_for, not_applicable
+    from specexact.fuzz.subject import Subject
+
+    lossy = run_fuzz(REFERENCE_SAMPLERS["typical_chain"], SMALL, name="typical-chain")
+    assert lossy.passed, [f.message for f in lossy.findings]
+    assert [f.name for f in lossy.families] == ["verify_calls", "invalid_inputs"]
+    assert "uses_generator" not in lossy.families[0].rules
+    assert [n["what"] for n in lossy.to_dict()["not_applicable"]] == ["uses_generator"]
+    assert lossy.to_dict()["subject"]["scheme"] == "lossy"
+
+    tree = run_fuzz(REFERENCE_SAMPLERS["tree_target_only"], SMALL, name="tree-target-only")
+    assert tree.passed and tree.families == [] and tree.to_dict()["not_applicable"][0]["what"] == "every family"
+
+    # The same correct token-wise verifier declared sample-compare: its supplied uniforms
+    # are not probed against min(1, p/q); declared token-wise, they are.
+    subject = Subject.of(verify, "builtin")
+    assert [f.name for f in families_for(subject)] == ["verify_calls", "acceptance_probes", "invalid_inputs"]
+    other = replace(subject, scheme="sample_compare")
+    assert [f.name for f in families_for(other)] == ["verify_calls", "invalid_inputs"]
+    assert [n["what"] for n in not_applicable(other)] == ["acceptance_probes", "uses_generator"]
+    assert not_applicable(subject) == []

@@ -135,10 +135,6 @@ def test_pipeline_families_generate_what_they_claim(family, data):
     assert probs.shape == (case.batch_size, case.vocab_size)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: with Hypothesis' constant pool pinned (tests/conftest.py), pipeline_cases "
-    "generates the 'combined' family in 6 of 300 examples, below the 1/(4F) coverage floor; "
-    "the family is still exercised by its own per-family property tests"))
 def test_measured_pipeline_family_and_history_frequencies(measure, assert_min_share):
     both = measure(pipeline_cases(vocab_size=SIZES), lambda c: (c.family, c.history_kind))
     families, kinds = Counter(), Counter()

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from specexact.audit.catalog import find_case
+from specexact.audit.runner import checks_per_case
 from specexact.audit.zoo import resample_from_target
 from specexact.audit.zoo_logits import stale_penalty_history
 from specexact.decoders import verify
@@ -17,7 +19,7 @@ from specexact.testing import (
     sampler_name_of,
 )
 
-V8_CHECKS = 8
+V8_CHECKS = checks_per_case(find_case("v8-plain", quick=True))
 
 
 @pytest.fixture(autouse=True)

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from specexact.testing import case_names
+
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "test_engine_exactness.py"
 ENGINE_LINE = "from specexact.decoders import verify as engine_verify  # <- your engine"
 PLANTED_LINE = "from specexact.audit.zoo import resample_from_target as engine_verify"
+EXAMPLE_AUDITS = len(case_names("quick")) + 2  # one per quick case, the logits-level one, the numbers one
 
 
 def example_text(planted: bool = False) -> str:
@@ -61,7 +64,7 @@ def test_fresh_virtualenv_runs_the_example_under_xdist(tmp_path, alpha):
 
     ok = pytest_run("engine", "-n", "auto", f"--specexact-false-fail-rate={alpha}")
     assert ok.returncode == 0, ok.stdout[-5000:]
-    assert "7 passed" in ok.stdout
+    assert f"{EXAMPLE_AUDITS} passed" in ok.stdout
     bad = pytest_run("planted", "-n", "auto")
     assert bad.returncode == 1, bad.stdout[-5000:]
     assert "AssertionError: sampler specexact.audit.zoo:resample_from_target is not exact" in bad.stdout
@@ -73,4 +76,4 @@ def test_fresh_virtualenv_runs_the_example_under_xdist(tmp_path, alpha):
         assert run.returncode == 0, run.stdout[-5000:]
         split[n] = rates(xml)
     assert split["1"] == split["2"]
-    assert {float(r) for r in split["1"].values()} == {alpha / 7}
+    assert {float(r) for r in split["1"].values()} == {alpha / EXAMPLE_AUDITS}

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from specexact.testing import case_names
+
 pytest_plugins = ["pytester"]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "test_engine_exactness.py"
 ENGINE_LINE = "from specexact.decoders import verify as engine_verify  # <- your engine"
 PLANTED_LINE = "from specexact.audit.zoo import resample_from_target as engine_verify"
+#: Audits in the example file: one per quick case, the logits-level one and the numbers one.
+EXAMPLE_AUDITS = len(case_names("quick")) + 2
 
 
 def example_text(planted: bool = False) -> str:
@@ -37,9 +41,10 @@ def test_documented_example_passes_a_correct_sampler(pytester, alpha):
     pytester.makepyfile(test_engine_exactness=example_text())
     result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider",
                                           f"--specexact-false-fail-rate={alpha}")
-    result.assert_outcomes(passed=7)
-    result.stdout.fnmatch_lines([f"specexact: session false-fail rate {alpha:g} split over 7 audit(s): *",
-                                 f"specexact: 7 test(s) audited at session false-fail rate {alpha:g} split over 7 "
+    result.assert_outcomes(passed=EXAMPLE_AUDITS)
+    n = EXAMPLE_AUDITS
+    result.stdout.fnmatch_lines([f"specexact: session false-fail rate {alpha:g} split over {n} audit(s): *",
+                                 f"specexact: {n} test(s) audited at session false-fail rate {alpha:g} split over {n} "
                                  "audit(s): *"])
 
 
