@@ -16,6 +16,13 @@
 A regression is any of the three. Checks failing in both reports ("still failing") and
 checks fixed since are listed but are not regressions.
 
+The fuzz phase's findings (exact rules, no statistics) take part as checks of the pseudo
+case ``"fuzz"`` named ``family / rule`` (``[corruption]`` added for invalid inputs, whose
+findings are one per corruption): a finding absent from the baseline is a new failure, one
+in both is still failing, one in the baseline only is fixed — provided the baseline ran
+the fuzz phase (otherwise its findings are new). A fuzz finding has no p-value: it is
+recorded with ``pvalue`` 0 and ``false_fail_rate`` 0 (exact).
+
 Acceptance statistics are read, in this order, from ``case["acceptance"]``
 (``{"class c": {"counts": [#N=0, ..., #N=γ]}}``), from the ``accepted_length[class c]``
 check's ``details["observed_counts"]`` (unbinned counts per accepted length), from its
@@ -33,7 +40,8 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import stats
 
-__all__ = ["AcceptanceStats", "AcceptanceComparison", "BaselineDiff", "acceptance_stats", "compare_to_baseline"]
+__all__ = ["AcceptanceStats", "AcceptanceComparison", "BaselineDiff", "acceptance_stats", "compare_to_baseline",
+           "fuzz_finding_keys"]
 
 POWER = 0.99
 """Power at which :attr:`AcceptanceComparison.detectable_drop` is stated."""
@@ -145,6 +153,9 @@ class BaselineDiff:
                  f"({len(self.new_failures)} new failures, {len(self.new_defects)} new defects, "
                  f"{len(self.acceptance_drops)} acceptance drops of {len(self.acceptance)} compared)"]
         for f in self.new_failures:
+            if f["case"] == "fuzz":
+                lines.append(f"  new failure  fuzz / {f['check']}: an exact rule broken (baseline: no such finding)")
+                continue
             was = "absent" if f["baseline_pvalue"] is None else f"passed, p={f['baseline_pvalue']:.3g}"
             lines.append(f"  new failure  {f['case']} / {f['check']}: p={f['pvalue']:.3g} "
                          f"<= {f['false_fail_rate']:.3g} (baseline: {was})")
@@ -231,6 +242,34 @@ def _compare(case: str, label: str, base: AcceptanceStats, cur: AcceptanceStats,
     )
 
 
+def fuzz_finding_keys(report: Mapping[str, Any]) -> list[str]:
+    """``family / rule`` (``[corruption]`` for invalid inputs) of each fuzz finding of
+    ``report``, sorted, without repeats (module docstring)."""
+    keys = set()
+    for f in ((report.get("fuzz") or {}).get("findings") or []):
+        key = f"{f['family']} / {f['rule']}"
+        if f["rule"] == "refuses_invalid_input":
+            key += f"[{(f.get('example_summary') or {}).get('family', '?')}]"
+        keys.add(key)
+    return sorted(keys)
+
+
+def _compare_fuzz(report: Mapping[str, Any], baseline: Mapping[str, Any], diff: "BaselineDiff") -> None:
+    if not report.get("fuzz"):
+        return
+    now, before = set(fuzz_finding_keys(report)), set(fuzz_finding_keys(baseline))
+    ran_before = bool(baseline.get("fuzz"))
+    if not ran_before:
+        diff.notes.append("the baseline ran no fuzz phase: every fuzz finding counts as new")
+    for key in sorted(now):
+        entry = {"case": "fuzz", "check": key, "pvalue": 0.0, "false_fail_rate": 0.0,
+                 "baseline_pvalue": 0.0 if key in before else None}
+        (diff.still_failing if key in before else diff.new_failures).append(entry)
+    for key in sorted(before - now):
+        diff.fixed.append({"case": "fuzz", "check": key, "pvalue": 1.0, "false_fail_rate": 0.0,
+                           "baseline_pvalue": 0.0})
+
+
 def compare_to_baseline(report: Mapping[str, Any], baseline: Mapping[str, Any], *,
                         false_alarm_rate: float = 1e-6) -> BaselineDiff:
     """Compare the current audit ``report`` with an earlier ``baseline`` report.
@@ -285,6 +324,7 @@ def compare_to_baseline(report: Mapping[str, Any], baseline: Mapping[str, Any], 
     for key in sorted(set(before) - set(now)):
         if before[key]["name"] != "defect":
             diff.not_compared.append(f"{key[0]} / {key[1]}: in the baseline only")
+    _compare_fuzz(report, baseline, diff)
 
     acc_now, acc_before = acceptance_stats(report), acceptance_stats(baseline)
     pairs = [(k, acc_before[k], acc_now[k]) for k in sorted(set(acc_now) & set(acc_before))

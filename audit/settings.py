@@ -74,8 +74,9 @@ class AuditSettings:
     fuzz_profile : {"ci", "nightly"}
         How much the fuzz phase explores (:class:`specexact.fuzz.FuzzSettings`).
     fuzz_examples : int, optional
-        Examples per exact family (default: the profile's with ``num_batches``; as many as
-        the share allows with a budget).
+        Examples per exact family, fixed also with a budget (then the fuzz phase takes the
+        time they take, and its findings do not depend on the machine's speed); default:
+        the profile's with ``num_batches``, as many as the share allows with a budget.
     fuzz_database_dir : path, optional
         Hypothesis example database of the fuzz phase (earlier failures replayed first);
         the CLI uses ``<report-dir>/.fuzz-examples``.
@@ -156,8 +157,9 @@ class AuditSettings:
     @property
     def fuzz_time_s(self) -> float | None:
         """Time of the exact fuzz families: ``fuzz_share * budget_s`` in budget mode, None
-        (a fixed number of examples) with ``num_batches`` or without the fuzz phase."""
-        if not self.fuzz or self.num_batches is not None:
+        (a fixed number of examples) with ``num_batches``, with ``fuzz_examples`` or without
+        the fuzz phase."""
+        if not self.fuzz or self.num_batches is not None or self.fuzz_examples is not None:
             return None
         return float(self.fuzz_share * self.budget_s)
 

@@ -54,7 +54,8 @@ def add_fuzz_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_audit_fuzz_options(parser: argparse.ArgumentParser) -> None:
-    """The fuzz options of ``specexact audit``: ``--no-fuzz``, ``--fuzz-profile``, ``--fuzz-share``."""
+    """The fuzz options of ``specexact audit``: ``--no-fuzz``, ``--fuzz-profile``, ``--fuzz-share``,
+    ``--fuzz-examples``."""
     parser.add_argument("--no-fuzz", action="store_true",
                         help="skip the fuzz phase (generated inputs held to exact rules, boundary-uniform probes, "
                              "generated row classes and per-example laws)")
@@ -63,11 +64,16 @@ def add_audit_fuzz_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fuzz-share", type=float, default=0.2, metavar="F",
                         help="share of --budget for the fuzz phase's exact families (default: 0.2); unused time goes "
                              "to the cases")
+    parser.add_argument("--fuzz-examples", type=int, default=None, metavar="N",
+                        help="a fixed number of examples per exact family, whatever the budget (the findings then do "
+                             "not depend on the machine's speed: for comparisons with --baseline); default: as many "
+                             "as --fuzz-share of the budget allows")
 
 
 def audit_fuzz_settings(args) -> dict:
     """The :class:`~specexact.audit.AuditSettings` fields of the audit's fuzz options."""
     return {"fuzz": not args.no_fuzz, "fuzz_profile": args.fuzz_profile, "fuzz_share": args.fuzz_share,
+            "fuzz_examples": args.fuzz_examples,
             "fuzz_database_dir": str(Path(args.report_dir) / DATABASE_SUBDIR)}
 
 

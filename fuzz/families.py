@@ -40,6 +40,8 @@ __all__ = ["Family", "families_for", "not_applicable", "PROBE_MAX_VOCAB", "INVAL
 PROBE_MAX_VOCAB = 8193
 #: Largest V of the invalid-input families (the corruption matters, not the size).
 INVALID_MAX_VOCAB = 64
+#: Corruptions of the draft law only: not applicable to sample-and-compare (:func:`not_applicable`).
+DRAFT_PROB_CORRUPTIONS = ("nan_draft_prob", "negative_draft_prob")
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,9 @@ def not_applicable(subject: Subject) -> list[dict]:
     - The acceptance-rule probes compare each draft's acceptance threshold with
       ``min(1, p/q)``, and the rule ``uses_generator`` calls a decision random when that
       ratio is strictly inside (0, 1): both are the token-wise rule's, so a sampler that
-      declares another scheme (sample-compare, block, lossy) is not held to them. The other
+      declares another scheme (sample-compare, block, lossy) is not held to them.
+    - Sample-and-compare never reads ``draft_probs``: the corruptions of the draft law
+      (:data:`DRAFT_PROB_CORRUPTIONS`) are not invalid inputs of its rule. The other
       rules (protocol, zero-probability token, crash, hang, inputs unmodified, the same
       generator state giving the same output, invalid inputs) hold for every scheme.
     """
@@ -134,6 +138,10 @@ def not_applicable(subject: Subject) -> list[dict]:
         if subject.uniforms:
             out.append({"what": f"{'logits_' if subject.logits_level else ''}acceptance_probes", "reason": why})
         out.append({"what": "uses_generator", "reason": why})
+    if subject.scheme == "sample_compare":
+        out.append({"what": f"{'logits_' if subject.logits_level else ''}invalid_inputs[{', '.join(DRAFT_PROB_CORRUPTIONS)}]",
+                    "reason": "sample-and-compare never reads draft_probs (the target samples its own token), so a "
+                              "corrupted draft law is not an input of its rule"})
     return out
 
 
@@ -166,6 +174,8 @@ def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Fami
                           _PROBE_RULES, examples(subject, max_vocab=cap(PROBE_MAX_VOCAB)), _probes(subject), 0.45,
                           _describe))
     small = examples(subject, max_vocab=cap(INVALID_MAX_VOCAB), max_batch=2, max_drafts=2)
+    if subject.scheme == "sample_compare":
+        corruptions = tuple(c for c in corruptions if c not in DRAFT_PROB_CORRUPTIONS)
     out.append(Family(f"{prefix}invalid_inputs", "a valid example with one corruption (NaN, inf, negative, no mass, "
                                                  "ids out of range, wrong shapes or dtypes, not a generator)",
                       ("refuses_invalid_input",), st.tuples(small, st.sampled_from(corruptions), SEEDS),

@@ -146,3 +146,30 @@ def test_real_reports(alpha):
     assert diff.regressed and any(f["check"].startswith("sequence_law") for f in diff.new_failures)
     assert not diff.acceptance_drops  # accepting everything raises the acceptance
     assert any("sampler differs" in n for n in diff.notes)
+
+
+def _fuzz(*findings):
+    return {"findings": [{"family": fam, "rule": rule, "example_summary": {"family": kind}} for fam, rule, kind in
+                         findings]}
+
+
+def test_fuzz_findings_take_part_new_ones_regress_known_ones_do_not():
+    zero = ("acceptance_probes", "zero_probability_token", "identical")
+    nan = ("invalid_inputs", "refuses_invalid_input", "nan_draft_prob")
+    base = {**copy.deepcopy(BASE), "fuzz": _fuzz(zero, nan)}
+    same = {**copy.deepcopy(BASE), "fuzz": _fuzz(zero, nan)}
+    diff = compare_to_baseline(same, base)
+    assert not diff.regressed and {f["check"] for f in diff.still_failing if f["case"] == "fuzz"} == {
+        "acceptance_probes / zero_probability_token", "invalid_inputs / refuses_invalid_input[nan_draft_prob]"}
+    # Another corruption refused badly is a new finding; the zero-probability one fixed.
+    other = ("invalid_inputs", "refuses_invalid_input", "nan_target_prob")
+    diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(nan, other)}, base)
+    assert diff.regressed
+    assert [f["check"] for f in diff.new_failures] == ["invalid_inputs / refuses_invalid_input[nan_target_prob]"]
+    assert [f["check"] for f in diff.fixed if f["case"] == "fuzz"] == ["acceptance_probes / zero_probability_token"]
+    assert "an exact rule broken" in diff.summary()
+    # A baseline without the fuzz phase: every finding is new, and said so.
+    diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(zero)}, copy.deepcopy(BASE))
+    assert diff.regressed and any("no fuzz phase" in n for n in diff.notes)
+    # A report without the fuzz phase compares no fuzz findings.
+    assert not compare_to_baseline(copy.deepcopy(BASE), base).regressed

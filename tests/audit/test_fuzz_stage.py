@@ -74,3 +74,22 @@ def test_an_isolated_fuzz_stage_survives_a_segfault(alpha, monkeypatch):
     assert finding["rule"] == "no_crash" and "SIGSEGV" in finding["message"]
     assert report["verdict"] == "fail"
     validate_report(report)
+
+
+def test_fixed_fuzz_examples_hold_also_with_a_budget():
+    """``--fuzz-examples N`` with a budget: N examples per family, no time share, so the
+    fuzz findings do not depend on the machine's speed (what ``--baseline`` compares)."""
+    import argparse
+
+    from specexact.audit import AuditSettings
+    from specexact.fuzz.cli import add_audit_fuzz_options, audit_fuzz_settings
+
+    timed = AuditSettings(budget_s=60.0, fuzz=True)
+    fixed = AuditSettings(budget_s=60.0, fuzz=True, fuzz_examples=5)
+    assert timed.fuzz_time_s == pytest.approx(12.0) and timed.fuzz_settings().examples_per_family is None
+    assert fixed.fuzz_time_s is None and fixed.fuzz_settings().examples_per_family == 5
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--report-dir", default="r")
+    add_audit_fuzz_options(parser)
+    assert audit_fuzz_settings(parser.parse_args(["--fuzz-examples", "7"]))["fuzz_examples"] == 7
+    assert audit_fuzz_settings(parser.parse_args([]))["fuzz_examples"] is None

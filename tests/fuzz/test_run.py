@@ -89,5 +89,31 @@ def test_what_does_not_apply_to_a_scheme_or_protocol_is_not_run_and_is_said():
     assert [f.name for f in families_for(subject)] == ["verify_calls", "acceptance_probes", "invalid_inputs"]
     other = replace(subject, scheme="sample_compare")
     assert [f.name for f in families_for(other)] == ["verify_calls", "invalid_inputs"]
-    assert [n["what"] for n in not_applicable(other)] == ["acceptance_probes", "uses_generator"]
+    assert [n["what"] for n in not_applicable(other)] == [
+        "acceptance_probes", "uses_generator", "invalid_inputs[nan_draft_prob, negative_draft_prob]"]
+    assert [n["what"] for n in not_applicable(replace(subject, scheme="block"))] == [
+        "acceptance_probes", "uses_generator"]
     assert not_applicable(subject) == []
+
+
+def test_a_sample_compare_sampler_is_not_asked_to_refuse_a_corrupted_draft_law():
+    """A sampler that never reads ``draft_probs`` (here: the built-in verify fed a flat draft
+    law instead) returns output on a NaN draft law; declared sample-and-compare that is no
+    finding, declared token-wise it is."""
+    from specexact.decoders.adapters.protocol import Capabilities
+    from specexact.decoders.tree import TreeSampler
+
+    def ignores_draft_probs(ids, draft_probs, target_probs, generator=None):
+        flat = torch.full_like(draft_probs, 1.0 / max(draft_probs.shape[-1], 1))  # shapes kept, values not read
+        return verify(ids, flat, target_probs, generator)
+
+    def declared(scheme):
+        return TreeSampler(f"ignores-q-{scheme}", Capabilities(max_batch_size=None, dtypes=(torch.float32,),
+                                                               devices=("cpu",), randomness="generator",
+                                                               scheme=scheme), ignores_draft_probs)
+
+    small = FuzzSettings(examples=40, max_vocab=64)
+    sc = run_fuzz(declared("sample_compare"), small, name="ignores-q-sc")
+    assert not [f for f in sc.findings if f.family == "invalid_inputs"], [f.message for f in sc.findings]
+    tw = run_fuzz(declared("tokenwise"), small, name="ignores-q-tw")
+    assert any(f.rule == "refuses_invalid_input" and "draft_prob" in f.message for f in tw.findings)
