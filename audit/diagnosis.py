@@ -39,6 +39,12 @@ Derived parts — **heuristics**, stated as such in the report:
   explained by failing independence checks (the PIT tests assume independent rows); the
   emitted law's failure is explained by any other culprit, else it is the culprit itself
   (not located by the per-event checks).
+- *fuzz findings* (exact, from the fuzz phase's rules, :data:`FUZZ_RULE_PARTS`) fail their
+  part too: the acceptance-rule probes and an accepted draft of target probability 0 the
+  acceptance rule; a zero-probability last token (recovered or bonus) the recovered token;
+  a crash, hang, protocol violation, modified input or invalid input not refused the
+  protocol; a generator not used, or the same generator state giving different output,
+  reproducibility. Never explained away by another culprit.
 - *hints*: violations that all sit at near ties ``p ~ q`` point at a verifier that uses a
   slightly different law than it was given (rounded to a lower precision, renormalised);
   rejections of sure drafts that all have ``p / q`` just above 1 point at a scaled-down
@@ -52,7 +58,7 @@ from collections import defaultdict
 
 from .decisions_replay import replay_snippet
 
-__all__ = ["PARTS", "CHECK_PARTS", "ALIGN_MIN_NATS", "ALIGN_NATS_PER_EVENT", "diagnose"]
+__all__ = ["PARTS", "CHECK_PARTS", "FUZZ_RULE_PARTS", "ALIGN_MIN_NATS", "ALIGN_NATS_PER_EVENT", "diagnose"]
 
 PARTS = (
     ("acceptance_rule", "acceptance rule"),
@@ -80,6 +86,15 @@ CHECK_PARTS = {
     "sequence_law": "emitted_law", "first_token_law": "emitted_law", "sequences_vs_naive": "emitted_law",
 }
 """The part each check type belongs to."""
+
+FUZZ_RULE_PARTS = {
+    "acceptance_rule": "acceptance_rule", "zero_probability_token": "acceptance_rule",
+    "no_crash": "protocol", "no_hang": "protocol", "output_protocol": "protocol", "inputs_unmodified": "protocol",
+    "refuses_invalid_input": "protocol",
+    "uses_generator": "reproducibility", "same_generator_same_output": "reproducibility",
+}
+"""The part a fuzz finding's rule fails (a zero-probability *last* token goes to the
+recovered token instead: :func:`_fuzz_part`)."""
 
 ALIGN_MIN_NATS = 20.0
 """Smallest log-likelihood gain (nats) of a neighbouring position's law that counts as
@@ -309,6 +324,33 @@ def _hints(checks: list[dict]) -> list[str]:
     return notes
 
 
+def _fuzz_part(finding: dict) -> str | None:
+    part = FUZZ_RULE_PARTS.get(finding.get("rule"))
+    if finding.get("rule") == "zero_probability_token" and "an accepted draft" not in finding.get("message", ""):
+        part = "recovered_token"  # the last token of the row: recovered (or bonus)
+    return part
+
+
+def _add_fuzz_findings(report: dict, parts: dict) -> set:
+    """Fail the part of each fuzz finding (module docstring); return those parts."""
+    hit = set()
+    for f in (report.get("fuzz") or {}).get("findings") or []:
+        key = _fuzz_part(f)
+        if key is None:
+            continue
+        p = parts[key]
+        label = f"fuzz / {f['family']} / {f['rule']}"
+        if label not in p["failed"]:
+            p["failed"].append(label)
+        if key not in hit:
+            known = f" (= {f['known_as']})" if f.get("known_as") else ""
+            text = f"fuzz phase, exact: {f['message'].splitlines()[0]}{known}; shrunk example {f['example']}"
+            p["evidence"] = text if p["status"] != "fail" or not p["evidence"] else p["evidence"] + "; " + text
+        p["status"] = "fail"
+        hit.add(key)
+    return hit
+
+
 def diagnose(report: dict) -> dict:
     """The diagnosis of a report (module docstring).
 
@@ -345,6 +387,7 @@ def diagnose(report: dict) -> dict:
     if parts["protocol"]["status"] == "not_tested" and checks:
         # every verifier output of every case passed the protocol check (a defect check otherwise)
         parts["protocol"].update(status="pass", checks_run=len({c["case"] for c in checks}))
+    fuzz_hit = _add_fuzz_findings(report, parts)
     parts["position_alignment"] = _alignment(checks, parts)
     parts["per_prefix_processing"] = _per_prefix(checks, parts, level)
     bonus = parts["bonus_token"]
@@ -366,7 +409,9 @@ def diagnose(report: dict) -> dict:
         p = parts[f]
         if p["status"] != "fail":
             continue
-        if "position_alignment" in derived and f != "bonus_token":
+        if f in fuzz_hit:  # an exact fuzz finding: the part itself is wrong
+            culprits.append(f)
+        elif "position_alignment" in derived and f != "bonus_token":
             p["explained_by"] = "position_alignment"
         elif "per_prefix_processing" in derived:
             p["explained_by"] = "per_prefix_processing"

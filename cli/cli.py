@@ -35,9 +35,8 @@ __all__ = ["main", "build_parser", "COMMANDS", "EXIT_PASS", "EXIT_FAIL", "EXIT_E
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse exits 2 as well; keep its message style
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+    def error(self, message):  # exit 2 with one line, as every other error (argparse prints the usage too)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _version() -> str:

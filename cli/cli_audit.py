@@ -67,6 +67,8 @@ def _validate(args) -> None:
         raise CliError(f"--threads must be >= 1, got {args.threads}")
     if args.history < 0:
         raise CliError(f"--history must be >= 0, got {args.history}")
+    if getattr(args, "fuzz_examples", None) is not None and args.fuzz_examples < 1:
+        raise CliError(f"--fuzz-examples must be >= 1, got {args.fuzz_examples}")
     if not 0 < args.baseline_false_alarm_rate < 1:
         raise CliError(f"--baseline-false-alarm-rate must be in (0, 1), got {args.baseline_false_alarm_rate}")
 
@@ -162,6 +164,8 @@ class _Display:
 
         kind = ev["event"]
         if kind.startswith("fuzz"):
+            if kind == "fuzz_start":
+                self.stage = "fuzz phase"
             fuzz_status(ev, self.progress.console)
         elif kind == "pilot":
             self.stage = "pilot"
@@ -241,7 +245,7 @@ class _Display:
 
     def interrupted_message(self, no_journal: bool) -> str:
         """What the interruption kept, and how to go on."""
-        if self.stage in ("resolve", "pilot"):
+        if self.stage in ("resolve", "pilot", "fuzz phase"):
             return f"interrupted during the {self.stage}, before any case ran; nothing to resume"
         if no_journal or not self.journal:
             return (f"interrupted after {self.finished} of {self.num_cases} case(s); nothing was kept (--no-journal): "

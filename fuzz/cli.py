@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
+import tempfile
 from pathlib import Path
 
 __all__ = ["add_fuzz_parser", "run_fuzz_command", "add_audit_fuzz_options", "audit_fuzz_settings",
@@ -101,7 +102,10 @@ def print_fuzz(report: dict, console) -> None:
     if not fuzz:
         return
     tried = ", ".join(f"{f['name']} {f['examples']}" for f in fuzz["families"])
-    console.print(f"fuzz: {fuzz['verdict']} ({tried} examples; {fuzz['time_s']:.1f} s)")
+    if fuzz["families"]:
+        console.print(f"fuzz: {fuzz['verdict']} ({tried} examples; {fuzz['time_s']:.1f} s)")
+    else:
+        console.print("fuzz: nothing run (no family applies to this sampler, below)")
     for n in fuzz.get("not_applicable") or []:
         console.print(f"fuzz: not applicable: {escape(n['what'])}: {escape(n['reason'])}")
     for f in fuzz["findings"]:
@@ -126,10 +130,17 @@ def _safe(name: str) -> str:
 def _cases(sampler, args, settings, console) -> tuple[list, bool]:
     """Run the generated statistical cases; return their result dicts and whether all passed."""
     from specexact.audit.runner import checks_per_case, run_case
+    from specexact.audit.tree_case import chain_case_reason
 
     from .generated_cases import generated_cases
 
-    cases = generated_cases(sampler, settings)
+    cases = []
+    for c in generated_cases(sampler, settings):
+        reason = chain_case_reason(c, sampler)  # as the audit skips them (audit/resolve.py)
+        if reason is None:
+            cases.append(c)
+        elif not args.quiet:
+            console.print(f"skipped {c.name}: {reason}")
     if not cases:
         return [], True
     alpha = args.false_fail_rate / sum(checks_per_case(c) for c in cases)
@@ -150,6 +161,7 @@ def run_fuzz_command(args) -> int:
     from rich.markup import escape
 
     from specexact.audit import SamplerError, resolve_sampler
+    from specexact.cli_common import CliError, os_error_line
     from specexact.reports.json_report import to_jsonable, write_json, write_text
 
     from .run import run_fuzz
@@ -166,14 +178,22 @@ def run_fuzz_command(args) -> int:
     elif not 0 < args.false_fail_rate < 1:
         bad = f"--false-fail-rate must be in (0, 1), got {args.false_fail_rate}"
     if bad:
-        console.print(f"[red]error:[/] {escape(bad)}")
-        return EXIT_ERROR
+        raise CliError(bad)
     try:
         sampler, target = resolve_sampler(args.sampler)
     except SamplerError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        return EXIT_ERROR
+        raise CliError(str(exc)) from None
     out_dir = Path(args.report_dir)
+    # Before fuzzing, as the audit does: the result must have somewhere to go.
+    for option, folder in (("--report-dir", out_dir), ("--json", Path(args.json).parent if args.json else None)):
+        if folder is None:
+            continue
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".specexact-write-test-"):
+                pass
+        except OSError as exc:
+            raise CliError(os_error_line(exc, f"cannot write {option}")) from None
     settings = FuzzSettings(profile=args.profile, seed=args.seed, time_s=args.budget, examples=args.examples,
                             database_dir=None if args.no_database else str(out_dir / DATABASE_SUBDIR))
 

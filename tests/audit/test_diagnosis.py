@@ -121,3 +121,33 @@ def test_scaled_acceptance_hint_and_defects():
     assert any("scaled-down" in n for n in diagnose(report(checks))["notes"])
     d = diagnose(report(CLEAN + [chk("defect", passed=False, method="exact", pvalue=0.0, n=0, message="boom")]))
     assert d["culprits"][0] == "protocol" and "boom" in parts(d)["protocol"]["evidence"]
+
+
+def _fuzz_finding(family, rule, message, known=None):
+    return {"family": family, "rule": rule, "message": message, "example": "ProbExample(...)", "known_as": known}
+
+
+def test_fuzz_findings_fail_their_parts_and_are_never_explained_away():
+    """All statistical checks pass, the fuzz phase found exact violations: the diagnosis
+    names their parts (not "no part found faulty"), even beside a reproducibility culprit."""
+    r = report(CLEAN)
+    r["fuzz"] = {"findings": [
+        _fuzz_finding("acceptance_probes", "zero_probability_token",
+                      "emitted token 0 at row 0, position 0 (an accepted draft), whose target probability there is 0",
+                      known="transformers-zero-probability-acceptance"),
+        _fuzz_finding("acceptance_probes", "no_crash", "RuntimeError: probability tensor contains nan"),
+        _fuzz_finding("verify_calls", "zero_probability_token",
+                      "emitted token 3 at row 1, position 2 (the last (recovered or bonus) token), whose target ..."),
+        _fuzz_finding("verify_calls", "same_generator_same_output", "two calls with the same generator state ..."),
+    ]}
+    d = diagnose(r)
+    p = parts(d)
+    assert p["acceptance_rule"]["status"] == "fail" and p["acceptance_rule"]["explained_by"] is None
+    assert "transformers-zero-probability-acceptance" in p["acceptance_rule"]["evidence"]
+    assert p["acceptance_rule"]["failed"] == ["fuzz / acceptance_probes / zero_probability_token"]
+    assert p["recovered_token"]["status"] == "fail" and p["protocol"]["status"] == "fail"
+    assert p["reproducibility"]["status"] == "fail"
+    assert set(d["culprits"]) == {"protocol", "reproducibility", "acceptance_rule", "recovered_token"}
+    assert d["summary"].startswith("faulty:")
+    # Without fuzz findings the same report is clean.
+    assert diagnose({**r, "fuzz": {"findings": []}})["summary"] == "no part found faulty"

@@ -287,3 +287,29 @@ def test_a_failure_of_the_audits_own_observer_is_not_the_samplers_crash(monkeypa
     assert "internal error of specexact" in err and "per-event observer failed" in err
     assert "planted in the observer" in err
     assert not list(tmp_path.glob("r/*.json"))  # no report claims a verdict on the sampler
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["audit", "--quick", "--fuzz-examples", "x"], "argument --fuzz-examples: invalid int value"),
+    (["audit", "--quick", "--fuzz-examples", "0"], "--fuzz-examples must be >= 1, got 0"),
+    (["audit", "--bogus"], "unrecognized arguments: --bogus"),
+    (["fuzz", "--sampler", "no_such_sampler_name"], "unknown sampler 'no_such_sampler_name'"),
+    (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),
+])
+def test_usage_errors_are_one_line_with_status_2(args, needle):
+    """Every usage error is one ``specexact…: error:`` line on stderr (no usage block, no
+    wrapped lines), exit status 2, nothing sampled."""
+    proc = cli(*args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    line = one_line_error(proc.stderr)
+    assert line.startswith("specexact") and needle in line, line
+
+
+def test_fuzz_checks_where_its_result_goes_before_fuzzing(tmp_path):
+    (tmp_path / "file").write_text("a file where a folder goes")
+    for args, option in ((["--report-dir", str(tmp_path / "file" / "r")], "--report-dir"),
+                         (["--report-dir", str(tmp_path / "r"), "--json", str(tmp_path / "file" / "x.json")], "--json")):
+        # 2000 examples per family take many minutes: within the timeout only if refused first.
+        proc = cli("fuzz", "--examples", "2000", *args, timeout=120)
+        assert proc.returncode == 2 and f"cannot write {option}" in one_line_error(proc.stderr), proc.stderr

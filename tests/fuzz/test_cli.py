@@ -66,3 +66,26 @@ def test_audit_fuzzes_unless_no_fuzz(tmp_path, alpha):
     (off,) = (tmp_path / "off").glob("audit-*.json")
     report = json.loads(off.read_text())
     assert "fuzz" not in report and [c["name"] for c in report["cases"]] == ["v8-plain"]
+
+
+ROWS_CHECKS = checks_per_case(generated_cases(verify, FuzzSettings(seed=0))[0])
+
+
+@pytest.mark.statistical(checks=ROWS_CHECKS)
+def test_generated_cases_that_cannot_audit_the_sampler_are_skipped_as_in_the_audit(tmp_path, alpha, capsys):
+    """``specexact fuzz`` on a block verifier (token-wise verify-level laws do not apply) and a
+    tree-protocol sampler (no chain case applies): the cases are skipped with the reason, as
+    ``specexact audit`` skips them, not an internal error."""
+    code = main(["fuzz", "--examples", "3", "--report-dir", str(tmp_path / "b"), "--sampler", "block", "--batches", "2",
+                 "--false-fail-rate", str(alpha * ROWS_CHECKS)])
+    cap = capsys.readouterr()
+    out = (cap.out + cap.err).replace("\n", " ")
+    assert code == 0, out
+    (path,) = (tmp_path / "b").glob("fuzz-block-*.json")
+    assert [c["case"]["name"] if isinstance(c.get("case"), dict) else c.get("name") for c in
+            json.loads(path.read_text())["cases"]] == ["fuzz-rows-1"]
+    assert "skipped fuzz-laws-1: the verify-level laws" in out
+    assert main(["fuzz", "--examples", "3", "--report-dir", str(tmp_path / "t"), "--sampler", "tree-target-only"]) == 0
+    cap = capsys.readouterr()
+    out = (cap.out + cap.err).replace("\n", " ")
+    assert "skipped fuzz-rows-1" in out and "nothing run" in out and "not applicable: every family" in out
