@@ -256,6 +256,8 @@ def fuzz_finding_keys(report: Mapping[str, Any]) -> list[str]:
 
 def _compare_fuzz(report: Mapping[str, Any], baseline: Mapping[str, Any], diff: "BaselineDiff") -> None:
     if not report.get("fuzz"):
+        for key in fuzz_finding_keys(baseline):
+            diff.not_compared.append(f"fuzz / {key}: in the baseline; this audit ran no fuzz phase")
         return
     now, before = set(fuzz_finding_keys(report)), set(fuzz_finding_keys(baseline))
     ran_before = bool(baseline.get("fuzz"))

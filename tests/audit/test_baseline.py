@@ -171,5 +171,8 @@ def test_fuzz_findings_take_part_new_ones_regress_known_ones_do_not():
     # A baseline without the fuzz phase: every finding is new, and said so.
     diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(zero)}, copy.deepcopy(BASE))
     assert diff.regressed and any("no fuzz phase" in n for n in diff.notes)
-    # A report without the fuzz phase compares no fuzz findings.
-    assert not compare_to_baseline(copy.deepcopy(BASE), base).regressed
+    # A report without the fuzz phase compares no fuzz findings, and says so.
+    diff = compare_to_baseline(copy.deepcopy(BASE), base)
+    assert not diff.regressed and sorted(n for n in diff.not_compared if n.startswith("fuzz / ")) == [
+        "fuzz / acceptance_probes / zero_probability_token: in the baseline; this audit ran no fuzz phase",
+        "fuzz / invalid_inputs / refuses_invalid_input[nan_draft_prob]: in the baseline; this audit ran no fuzz phase"]
