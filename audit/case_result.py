@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from specexact.exactness.results import CheckResult
 
-__all__ = ["CaseResult", "case_seed", "defect_check"]
+__all__ = ["CaseResult", "case_seed", "defect_check", "enough_calls"]
 
 
 @dataclass
@@ -59,3 +59,10 @@ def defect_check(name: str, message: str, alpha: float) -> CheckResult:
     )
 
 
+def enough_calls(calls: int, num_batches: int | None, time_budget_s: float | None, elapsed_s: float) -> bool:
+    """Whether a case runner stops after ``calls`` decoder (or verifier) calls: at
+    ``num_batches`` rounded up to even (the independence checks pair successive calls),
+    or, with a time budget, once ``elapsed_s`` reaches it at an even count of at least 2."""
+    if num_batches is not None:
+        return calls >= num_batches + (num_batches % 2)
+    return elapsed_s >= time_budget_s and calls >= 2 and calls % 2 == 0

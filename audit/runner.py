@@ -47,7 +47,7 @@ from specexact.exactness.results import CheckResult
 from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .acceptance import accepted_length_check, chain_accepted_length_laws
-from .case_result import CaseResult, case_seed, defect_check
+from .case_result import CaseResult, case_seed, defect_check, enough_calls
 from .errors import AuditInternalError
 from .cases import AuditCase
 from .decisions import DecisionObserver
@@ -186,10 +186,7 @@ def run_case(
         result.num_sequences = b * case.batch_size
         if progress is not None:
             progress(result.num_sequences, b)
-        if num_batches is not None:
-            if b >= num_batches + (num_batches % 2):
-                break
-        elif time.perf_counter() - start >= time_budget_s and b >= 2 and b % 2 == 0:
+        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start):
             break
     if result.defect is None:
         all_tokens = torch.stack(tokens)  # [nb, B, L]

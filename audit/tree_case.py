@@ -63,7 +63,7 @@ from specexact.exactness.tree_laws import (
 )
 
 from .acceptance import CHAIN_SCHEMES, accepted_length_check
-from .case_result import CaseResult, case_seed, defect_check
+from .case_result import CaseResult, case_seed, defect_check, enough_calls
 from .cases import RowClass
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .lossy import lossy_tv_check
@@ -370,10 +370,7 @@ def run_tree_case(
         result.num_sequences = b * case.batch_size
         if progress is not None:
             progress(result.num_sequences, b)
-        if num_batches is not None:
-            if b >= num_batches + (num_batches % 2):
-                break
-        elif time.perf_counter() - start >= time_budget_s and b >= 2 and b % 2 == 0:
+        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start):
             break
     if result.defect is None:
         all_tokens, accepted = torch.stack(tokens), torch.stack(first_round)  # [nb, B, L], [nb, B]

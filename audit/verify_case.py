@@ -70,7 +70,7 @@ from specexact.decoders import (
     process_logits,
 )
 
-from .case_result import CaseResult, case_seed, defect_check
+from .case_result import CaseResult, case_seed, defect_check, enough_calls
 from .cases import RowClass
 from .decisions import DecisionObserver, SlotPlan
 from .decisions_checks import VERIFY_DECISION_CHECKS, decision_checks
@@ -337,10 +337,7 @@ def run_verify_case(
         result.num_sequences = b * B
         if progress is not None:
             progress(result.num_sequences, b)
-        if num_batches is not None:
-            if b >= num_batches + (num_batches % 2):
-                break
-        elif time.perf_counter() - start >= time_budget_s and b >= 2 and b % 2 == 0:
+        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start):
             break
     if result.defect is None:
         alpha = false_fail_rate

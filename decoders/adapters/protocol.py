@@ -53,6 +53,7 @@ __all__ = [
     "protocol_of",
     "tree_drafting_of",
     "takes_uniforms",
+    "check_supplied_uniforms",
     "uniforms_dtype_of",
     "check_auditable",
     "probs_to_logits",
@@ -415,6 +416,22 @@ def uniforms_dtype_of(obj: object) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"uniforms_dtype must be a floating torch.dtype, got {dtype!r}")
     return dtype
+
+
+def check_supplied_uniforms(uniforms: torch.Tensor, batch_size: int, num_draft_tokens: int) -> None:
+    """Check the acceptance uniforms handed to an adapter's ``verify_with_uniforms`` /
+    ``verify_logits_with_uniforms``: shape ``[B, K]``, every value in ``[0, 1)``.
+
+    Raises
+    ------
+    ValueError
+        ``uniforms`` has another shape, or a value outside ``[0, 1)``.
+    """
+    shape = (int(batch_size), int(num_draft_tokens))
+    if tuple(uniforms.shape) != shape:
+        raise ValueError(f"uniforms must have shape {shape}, got {tuple(uniforms.shape)}")
+    if not bool(((uniforms >= 0) & (uniforms < 1)).all()):
+        raise ValueError("uniforms must lie in [0, 1)")
 
 
 def check_auditable(obj: object) -> None:

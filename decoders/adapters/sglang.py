@@ -42,7 +42,7 @@ import torch
 
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID
 
-from .protocol import Capabilities
+from .protocol import Capabilities, check_supplied_uniforms
 
 __all__ = ["SglangChainSampling", "verify", "verify_block", "TESTED_VERSIONS"]
 
@@ -176,10 +176,7 @@ class SglangChainSampling:
             ``uniforms`` has the wrong shape or lies outside ``[0, 1)``.
         """
         B, K = draft_token_ids.shape
-        if tuple(uniforms.shape) != (B, K):
-            raise ValueError(f"uniforms must have shape {(B, K)}, got {tuple(uniforms.shape)}")
-        if not bool(((uniforms >= 0) & (uniforms < 1)).all()):
-            raise ValueError("uniforms must lie in [0, 1)")
+        check_supplied_uniforms(uniforms, B, K)
         device = target_probs.device
         coins = torch.zeros((B, K + 1), dtype=torch.float32, device=device)
         coins[:, :K] = uniforms.to(device=device, dtype=torch.float32)

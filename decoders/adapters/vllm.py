@@ -52,7 +52,7 @@ from typing import Iterator
 
 import torch
 
-from .protocol import Capabilities, probs_to_logits
+from .protocol import Capabilities, check_supplied_uniforms, probs_to_logits
 from .vllm_runtime import SUPPORTED_VERSIONS, load_vllm, per_request_generators, sampling_metadata, spec_decode_metadata
 
 __all__ = ["VllmRejectionSample", "verify", "REJECTION_SAMPLE_PARAMETERS", "bonus_tokens", "injected_uniforms", "vllm_sampler"]
@@ -201,10 +201,7 @@ class VllmRejectionSample:
             ``uniforms`` is not ``[B, K]`` or not in ``[0, 1)``.
         """
         B, K = draft_token_ids.shape
-        if tuple(uniforms.shape) != (B, K):
-            raise ValueError(f"uniforms must have shape {(B, K)}, got {tuple(uniforms.shape)}")
-        if not bool(((uniforms >= 0) & (uniforms < 1)).all()):
-            raise ValueError("uniforms must lie in [0, 1)")
+        check_supplied_uniforms(uniforms, B, K)
         u = uniforms.to(self.uniforms_dtype).to(torch.float64)
         return self._run(draft_token_ids, draft_probs, target_probs, generator, uniforms=u)
 

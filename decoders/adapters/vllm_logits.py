@@ -43,7 +43,7 @@ import torch
 
 from specexact.decoders.processing import LogitsProcessing
 
-from .protocol import Capabilities, LogitsVerifyInputs
+from .protocol import Capabilities, LogitsVerifyInputs, check_supplied_uniforms
 from .vllm import injected_uniforms, vllm_sampler
 from .vllm_runtime import SUPPORTED_VERSIONS, load_vllm, per_request_generators, sampling_metadata, spec_decode_metadata
 
@@ -180,10 +180,7 @@ class VllmRejectionSampler:
             ``uniforms`` has the wrong shape or lies outside ``[0, 1)``.
         """
         B, K = inputs.batch_size, inputs.num_draft_tokens
-        if tuple(uniforms.shape) != (B, K):
-            raise ValueError(f"uniforms must have shape {(B, K)}, got {tuple(uniforms.shape)}")
-        if not bool(((uniforms >= 0) & (uniforms < 1)).all()):
-            raise ValueError("uniforms must lie in [0, 1)")
+        check_supplied_uniforms(uniforms, B, K)
         return self._run(inputs, generator, uniforms=uniforms.to(self.uniforms_dtype).to(torch.float64))
 
     def __repr__(self) -> str:

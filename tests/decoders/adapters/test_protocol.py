@@ -160,3 +160,16 @@ def test_protocol_and_tree_drafting_are_declared():
     assert Tree.capabilities.to_dict()["tree_drafting"] == ["top_k"]
     with pytest.raises(TypeError, match="tree_drafting must be a tuple"):
         caps(protocol="tree", tree_drafting=["iid"])
+
+
+def test_supplied_uniforms_are_checked_for_shape_and_range():
+    import pytest as _pytest
+    import torch as _torch
+
+    from specexact.decoders.adapters.protocol import check_supplied_uniforms
+
+    check_supplied_uniforms(_torch.tensor([[0.0, 0.5]]), 1, 2)
+    with _pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+        check_supplied_uniforms(_torch.zeros(1, 2), 2, 2)
+    with _pytest.raises(ValueError, match=r"\[0, 1\)"):
+        check_supplied_uniforms(_torch.tensor([[0.0, 1.0]]), 1, 2)
