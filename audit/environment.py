@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .allocator import allocator_setting
+
 __all__ = ["environment", "sampler_package"]
 
 _PACKAGES = ("numpy", "scipy", "rich", "hypothesis", "matplotlib", "jinja2")
@@ -58,6 +60,7 @@ def environment(device: torch.device | str) -> dict:
         "platform": platform.platform(),
         "git_revision": rev,
         "git_dirty": dirty,
+        "allocator": allocator_setting(),
     }
 
 

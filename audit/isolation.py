@@ -36,6 +36,7 @@ import torch
 
 from specexact.exactness.results import CheckResult
 
+from .allocator import ENV as ALLOCATOR_ENV, allocator_setting, keep_freed_memory
 from .cases import AuditCase
 from .case_result import CaseResult, case_seed
 
@@ -111,6 +112,8 @@ def _child_env() -> dict:
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("PYTHONFAULTHANDLER", "1")
+    if allocator_setting() == "kept":  # the child allocates as the parent does
+        env[ALLOCATOR_ENV] = "keep"
     return env
 
 
@@ -198,6 +201,8 @@ def _child(spec_path: str, result_path: str) -> int:
     import faulthandler
 
     faulthandler.enable()
+    if os.environ.get(ALLOCATOR_ENV) == "keep":
+        keep_freed_memory()
     from specexact.reports.json_report import to_jsonable
 
     from .runner import run_case

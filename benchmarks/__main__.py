@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from specexact.audit.allocator import keep_freed_memory
+
 from . import audit_power, decoder, decoder_audit, verifier
 from ._common import GiB, REPO_ROOT, busy_warning, environment
 
@@ -72,6 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    keep_freed_memory()  # as the specexact command does (SPECEXACT_MALLOC=default: glibc's default)
     if args.threads:
         torch.set_num_threads(args.threads)
     profile_name = "smoke" if args.smoke else "quick" if args.quick else "full"

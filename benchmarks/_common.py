@@ -16,6 +16,8 @@ from typing import Callable
 
 import torch
 
+from specexact.audit.allocator import allocator_setting
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GiB = 1024**3
@@ -247,6 +249,7 @@ def environment(device: torch.device | str) -> dict:
         "env_vars": {k: os.environ[k] for k in sorted(os.environ)
                      if k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "THP_MEM_ALLOC_ENABLE")
                      or k.startswith("MALLOC_")},
+        "allocator": allocator_setting(),
         **_git_commit(),
     }
     if device.type == "cuda":

@@ -22,6 +22,7 @@ import time
 import torch
 
 import specexact.decoders.law_table as law_table
+from specexact.audit.allocator import allocator_setting, keep_freed_memory
 import specexact.decoders.naive as naive_mod
 import specexact.decoders.speculative as spec_mod
 from .decoder_audit import audit_call, before_fast_path, headline_case
@@ -124,11 +125,13 @@ def main(argv=None) -> int:
                     help="time with the process's CPU time (on a busy machine, with --threads 1: the work done, "
                          "not the waits for a core)")
     args = ap.parse_args(argv)
+    keep_freed_memory()  # as the specexact command does (SPECEXACT_MALLOC=default: glibc's default)
     if args.threads:
         torch.set_num_threads(args.threads)
     after = profile(args.V, args.B, fast=True, repeats=args.repeats, cpu=args.cpu_time)
     before = profile(args.V, args.B, fast=False, repeats=args.repeats, cpu=args.cpu_time)
-    print(f"{'CPU' if args.cpu_time else 'wall'} seconds, torch threads {torch.get_num_threads()}")
+    print(f"{'CPU' if args.cpu_time else 'wall'} seconds, torch threads {torch.get_num_threads()}, "
+          f"allocator {allocator_setting()}")
     print(markdown(before, after, args.V, args.B))
     return 0
 

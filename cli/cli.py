@@ -167,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.started = started
+    if args.command in ("audit", "fuzz"):  # the sampling commands: no page fault per large tensor
+        from specexact.audit.allocator import keep_freed_memory
+
+        keep_freed_memory()
     command = COMMANDS.get(args.command)
     if command is None:  # pragma: no cover - argparse only accepts known commands
         parser.error(f"unknown command {args.command!r}")

@@ -70,6 +70,10 @@ def _child(spec_path: str, result_path: str) -> int:
     import torch
 
     faulthandler.enable()
+    from specexact.audit.allocator import ENV as ALLOCATOR_ENV, keep_freed_memory
+
+    if os.environ.get(ALLOCATOR_ENV) == "keep":
+        keep_freed_memory()
     from specexact.audit.samplers import resolve_sampler
     from specexact.reports.json_report import to_jsonable
 
