@@ -67,6 +67,7 @@ def assemble_report(run: AuditRun, outcome: CasesOutcome, fuzz=None) -> dict:
         d["execution"] = execution
         case_dicts.append(d)
     settings = _settings_dict(resolved)
+    settings["skipped_cases"] = [*resolved.skipped, *outcome.skipped]
     environment = dict(resolved.environment)
     if run.threads is not None:  # chosen after the environment was read
         settings["threads"] = run.threads.to_dict()

@@ -25,8 +25,8 @@ from specexact.reports.json_report import to_jsonable
 from .case_result import CaseResult
 from .isolation import case_result_from_dict, run_case_isolated
 from .journal import Journal, journal_path
-from .plan import (MIN_BATCHES, AuditPlan, CasePlan, ThreadChoice, approx_detectable_tv, pilot_costs,
-                   pilot_with_thread_choice, plan_batches, rows_per_class)
+from .plan import (MIN_BATCHES, AuditPlan, CasePlan, ThreadChoice, approx_detectable_tv, cases_within_budget,
+                   pilot_costs, pilot_with_thread_choice, plan_batches, rows_per_class)
 from .resolve import ResolvedAudit
 from .runner import run_case
 
@@ -63,6 +63,7 @@ class AuditRun:
     ratios: list = field(default_factory=list)  # measured / pilot seconds per call
     overheads: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    cases_run: int = 0  # cases this process ran (not resumed ones)
     fuzz_plan: dict | None = None  # set by the fuzz stage (audit/fuzz_stage.py), shown in every plan
 
     @property
@@ -101,19 +102,34 @@ class AuditRun:
                             approx_detectable_tv(c, nb * rows_per_class(c), alpha)) for c in remaining]
             return AuditPlan("batches", None, 0.0, alpha, None, True, cps, fuzz=self.fuzz_plan)
         budget = settings.budget_s
-        left = budget - self.elapsed() - self.overhead() * len(remaining)
         cost_of = self.cost_of
-        rc = [cost_of[c.name] * self.speed() for c in remaining]
+        overhead = self.overhead()
+        all_rc = [cost_of[c.name] * self.speed() for c in remaining]
+        # The cheapest case runs anyway only if no case of this audit has run yet.
+        keep = cases_within_budget(all_rc, budget - self.elapsed(), overhead,
+                                   keep_one=not self.finished and not self.cases_run)
+        skipped = [{"case": c.name, "seconds_per_call": cost,
+                    "reason": (f"budget: its minimum of {MIN_BATCHES} decoder calls (≈{MIN_BATCHES * cost:.0f} s at the "
+                               f"measured speed) did not fit the {max(budget - self.elapsed(), 0):.0f} s left with the "
+                               "cheaper cases first")}
+                   for c, cost, k in zip(remaining, all_rc, keep) if not k]
+        remaining = [c for c, k in zip(remaining, keep) if k]
+        rc = [cost for cost, k in zip(all_rc, keep) if k]
+        left = budget - self.elapsed() - overhead * len(remaining)
         batches, tv, feasible = plan_batches(remaining, rc, left, alpha)
         cps = [CasePlan(c.name, cost, rows_per_class(c), b, b * cost, b * rows_per_class(c),
                         approx_detectable_tv(c, b * rows_per_class(c), alpha))
                for c, cost, b in zip(remaining, rc, batches)]
-        note = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
-                                    f"{sum(2 * x for x in rc) + self.overhead() * len(remaining):.0f} s more; "
-                                    "each runs its minimum of 2 decoder calls")
-        if note and not self.notes:
-            self.notes.append(note)
-        return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible, cps, note, fuzz=self.fuzz_plan)
+        short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
+                                     f"{sum(2 * x for x in rc) + overhead * len(remaining):.0f} s more; each runs "
+                                     "its minimum of 2 decoder calls")
+        if short and not self.notes:
+            self.notes.append(short)
+        note = "; ".join(filter(None, [
+            (f"budget too small for every case: {len(skipped)} case(s) to be left out "
+             f"({', '.join(s['case'] for s in skipped)}), the cheaper ones run") if skipped else "", short]))
+        return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible and not skipped, cps, note,
+                         fuzz=self.fuzz_plan, skipped=skipped)
 
 
 def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> AuditRun:
@@ -187,12 +203,16 @@ class CasesOutcome:
         Cases taken from the journal.
     wall_time_s : float
         Seconds spent in this process since the audit's clock started (the pilot included).
+    skipped : list of dict
+        Cases left out because their minimum did not fit the time left (budget mode):
+        ``{"case", "reason", "kind": "budget", "classes"}``, as ``settings.skipped_cases``.
     """
 
     results: list
     plan: AuditPlan
     resumed: list
     wall_time_s: float
+    skipped: list = field(default_factory=list)
 
 
 def _resumed(case, rec: dict) -> tuple[CaseResult, dict]:
@@ -220,7 +240,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     status({"event": "plan", "plan": first_plan, "resumed": sorted(run.finished), "budget_s": settings.budget_s,
             "mode": settings.mode, "num_cases": len(cases), "threads": run.threads,
             "journal": None if run.journal is None else str(run.journal.path)})
-    results, resumed, planned = [], [], {}
+    results, resumed, planned, skipped = [], [], {}, []
     for i, case in enumerate(cases):
         common = {"case": case.name, "index": i, "num_cases": len(cases)}
         if case.name in run.finished:
@@ -233,7 +253,14 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             status({"event": "case_end", **common, "resumed": True, "passed": res.passed, "result": res})
             continue
         remaining = [c for c in cases[i:] if c.name not in run.finished]
-        cp = run.plan(remaining).cases[0]
+        plan_now = run.plan(remaining)
+        cp = plan_now.case(case.name)
+        if cp is None:  # left out: its minimum does not fit the time left (AuditRun.plan)
+            why = next(s for s in plan_now.skipped if s["case"] == case.name)
+            skipped.append({"case": case.name, "reason": why["reason"], "kind": "budget",
+                            "classes": [case.class_id(k) for k in range(len(case.row_classes))]})
+            status({"event": "case_skipped", **common, "reason": why["reason"], "elapsed_s": run.elapsed()})
+            continue
         planned[case.name] = cp
         status({"event": "case_start", **common, "planned_batches": cp.planned_batches,
                 "initial_planned_batches": run.initial_plan.get(case.name),
@@ -246,8 +273,9 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             # plan fits; it matters when the prediction is far off (a sampler much slower,
             # relative to the pilot, on earlier cases than on this one), which would
             # otherwise stretch the case past the budget.
-            left = settings.budget_s - run.elapsed() - run.overhead() * len(remaining) - sum(
-                MIN_BATCHES * cost_of[c.name] * run.speed() for c in remaining[1:])
+            later = [c.name for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
+            left = settings.budget_s - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
+                MIN_BATCHES * cost_of[name] * run.speed() for name in later)
             sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3)}
         else:
             sizes = {"num_batches": settings.num_batches, "time_budget_s": None}
@@ -275,6 +303,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
                            **sizes)
             sampling = last["t"]
         total_case = time.perf_counter() - case_start
+        run.cases_run += 1
         cost = run.cost_of.get(case.name)
         if sampling is not None and res.num_batches and cost:
             run.ratios.append((sampling / res.num_batches) / cost)
@@ -292,6 +321,14 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     carried = [planned[c.name] for c in cases if c.name in planned]
     finite = [c.planned_detectable_tv for c in carried if math.isfinite(c.planned_detectable_tv)]
     target_tv = max(finite) if (settings.mode == "budget" and finite) else None
-    plan = AuditPlan(settings.mode, settings.effective_budget_s, run.pilot_s, alpha, target_tv, not run.notes,
-                     carried, run.notes[0] if run.notes else "", fuzz=run.fuzz_plan)
-    return CasesOutcome(results=results, plan=plan, resumed=resumed, wall_time_s=time.perf_counter() - run.t0)
+    note = run.notes[0] if run.notes else ""
+    if skipped:
+        left_out = ", ".join(sk["case"] for sk in skipped)
+        if left_out not in note:
+            note = (f"{note}; " if note else "") + (f"{len(skipped)} case(s) left out for the budget: {left_out} "
+                                                     "(settings.skipped_cases says why)")
+    plan = AuditPlan(settings.mode, settings.effective_budget_s, run.pilot_s, alpha, target_tv,
+                     not run.notes and not skipped, carried, note, fuzz=run.fuzz_plan,
+                     skipped=[{"case": sk["case"], "reason": sk["reason"]} for sk in skipped])
+    return CasesOutcome(results=results, plan=plan, resumed=resumed, wall_time_s=time.perf_counter() - run.t0,
+                        skipped=skipped)

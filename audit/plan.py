@@ -52,6 +52,7 @@ __all__ = [
     "approx_detectable_tv",
     "batches_for_tv",
     "plan_batches",
+    "cases_within_budget",
     "tv_constant",
     "minimum_time",
     "pilot_costs",
@@ -99,6 +100,7 @@ class AuditPlan:
     cases: list[CasePlan] = field(default_factory=list)
     note: str = ""
     fuzz: dict | None = None  # the fuzz stage's share: {share, planned_time_s, time_s, profile, ...} (audit/fuzz_stage.py)
+    skipped: list = field(default_factory=list)  # cases left out for the budget: {case, seconds_per_call, reason}
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -197,6 +199,46 @@ def tv_constant(case: AuditCase, alpha: float) -> float:
                                     two_sample=two) ** 2 * big
         for bins, two in planning_checks(case)
     )
+
+
+def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: float = 0.0, *,
+                        keep_one: bool = True) -> list[bool]:
+    """Which cases keep their place when the minimum of every case does not fit the budget.
+
+    Each case costs at least :data:`MIN_BATCHES` calls plus ``overhead_s``. When all of them
+    fit ``available_s``, every case runs. Otherwise the cheapest cases run (the smallest
+    vocabularies first: the most evidence per second), as many as fit, and the others are
+    left out, so the audit ends within its budget instead of running every case at its
+    minimum past it. With ``keep_one`` (no case of the audit has run yet) the cheapest case
+    always runs (an audit that runs no case says nothing); alone it may still overrun a
+    budget too small for it.
+
+    Parameters
+    ----------
+    costs : sequence of float
+        Seconds per decoder call of each case (at the measured speed).
+    available_s : float
+        Seconds left for these cases.
+    overhead_s : float
+        Seconds per case outside its calls.
+    keep_one : bool
+        Keep the cheapest case even when it does not fit.
+
+    Returns
+    -------
+    list of bool
+        ``keep[c]``: case ``c`` runs.
+    """
+    need = [MIN_BATCHES * c + overhead_s for c in costs]
+    if sum(need) <= available_s:
+        return [True] * len(costs)
+    keep = [False] * len(costs)
+    used = 0.0
+    for i in sorted(range(len(costs)), key=lambda j: (costs[j], j)):
+        if (keep_one and not any(keep)) or used + need[i] <= available_s:
+            keep[i] = True
+            used += need[i]
+    return keep
 
 
 def plan_batches(

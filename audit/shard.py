@@ -92,15 +92,19 @@ def merge_reports(reports: Sequence[dict]) -> dict:
             if c["name"] in by_name:
                 raise ShardError(f"case {c['name']!r} is in two shards")
             by_name[c["name"]] = c
-    if sorted(by_name) != sorted(all_cases):
-        missing = sorted(set(all_cases) - set(by_name))
+    left_out = [sk for r in reports for sk in r["settings"].get("skipped_cases") or [] if sk.get("kind") == "budget"]
+    accounted = sorted([*by_name, *(sk["case"] for sk in left_out)])
+    if accounted != sorted(all_cases):
+        missing = sorted(set(all_cases) - set(by_name) - {sk["case"] for sk in left_out})
         extra = sorted(set(by_name) - set(all_cases))
         raise ShardError(f"the shards' cases do not add up to the audit's: missing {missing}, unexpected {extra}")
     shards = sorted(reports, key=lambda r: r["settings"]["shard"]["index"])
     settings = dict(first["settings"])
     settings["shard"] = None
+    settings["skipped_cases"] = [*(sk for sk in first["settings"].get("skipped_cases") or [] if sk.get("kind") != "budget"),
+                                 *left_out]  # each shard leaves out its own cases for its budget
     return build_report(
-        [by_name[n] for n in all_cases],
+        [by_name[n] for n in all_cases if n in by_name],
         sampler=first["sampler"],
         settings=settings,
         environment=first["environment"],

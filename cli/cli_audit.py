@@ -186,6 +186,9 @@ class _Display:
             self.progress.update(self.task, description=f"[{ev['index'] + 1}/{ev['num_cases']}] {escape(ev['case'])}",
                                  info=f"planned {approx}{planned} calls{time_s}, ≈TV "
                                       f"{fmt_tv(ev['planned_detectable_tv'])}")
+        elif kind == "case_skipped":
+            self.finished += 1
+            self.print(f"{escape(ev['case'])}: [yellow]not run[/] ({escape(ev['reason'])})")
         elif kind == "batch":
             self.current = ev["num_batches"]
             calls = (f"{ev['num_batches']} calls (≈{ev['planned_batches']} planned)" if self.budget_mode
@@ -378,7 +381,7 @@ def _summary(report: dict, paths: dict, console) -> None:
     for sk in report["settings"].get("skipped_cases") or []:
         classes = sk.get("classes") or []
         what = sk["case"] + (f" class{'es' if len(classes) > 1 else ''} {', '.join(map(str, classes))}"
-                             if classes else "")
+                             if classes and sk.get("kind") != "budget" else "")
         console.print(f"[yellow]skipped[/] {escape(what)}: {escape(sk['reason'])}")
     for f in report["findings"]:
         console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}",

@@ -101,8 +101,8 @@ _TEMPLATE = r"""<!DOCTYPE html>
 {% if s.processing and s.processing.level == "logits" %}<p class="note">Logits-level sampler: the reference laws
   use the order it declared ({{ s.processing.order|join(" → ") }}; repetition penalty over
   {{ s.processing.repetition_penalty_scope|replace("_", " ") }}).</p>{% endif %}
-{% for sk in s.skipped_cases or [] %}<p class="note">Skipped: {{ sk.case }} class{% if (sk.classes or [])|length > 1 %}es{% endif %}
-  {{ (sk.classes or [])|join(", ") }}: {{ sk.reason }}</p>{% endfor %}
+{% for sk in s.skipped_cases or [] %}{% if sk.kind == "budget" %}<p class="note">Not run: {{ sk.case }}: {{ sk.reason }}</p>{% else %}<p class="note">Skipped: {{ sk.case }} class{% if (sk.classes or [])|length > 1 %}es{% endif %}
+  {{ (sk.classes or [])|join(", ") }}: {{ sk.reason }}</p>{% endif %}{% endfor %}
 {% if r.resumed_cases %}<p class="note">Resumed from a journal: {{ r.resumed_cases|length }} case(s) were finished
   by an earlier, interrupted run of the same audit ({{ r.resumed_cases|join(", ") }}).</p>{% endif %}
 {% if r.plan and r.plan.note %}<p class="note">{{ r.plan.note }}</p>{% endif %}

@@ -122,6 +122,9 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
                      f"{proc['repetition_penalty_scope'].replace('_', ' ')}; greedy {'supported' if proc['greedy'] else 'not supported'}")
     for sk in s.get("skipped_cases") or []:
         classes = sk.get("classes") or []
+        if sk.get("kind") == "budget":
+            lines.append(f"- not run: {_cell(sk['case'])}: {_cell(sk['reason'])}")
+            continue
         lines.append(f"- skipped: {_cell(sk['case'])} class{'es' if len(classes) > 1 else ''} "
                      f"{', '.join(map(str, classes))}: {_cell(sk['reason'])}")
     if report.get("resumed_cases"):

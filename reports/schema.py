@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.3`` -> ``1.4``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.4`` -> ``1.5``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -128,7 +128,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.3/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.4/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -399,10 +399,13 @@ REPORT_SCHEMA: dict[str, Any] = {
                 },
                 "skipped_cases": {
                     "description": "row classes left out because the sampler does not implement an operation "
-                                   "they need (the whole case when no class is left)",
+                                   "they need (the whole case when no class is left), and (kind 'budget', "
+                                   "since 1.4) whole cases left out because their minimum of decoder calls "
+                                   "did not fit the time left",
                     "type": "array",
                     "items": {"type": "object", "required": ["case", "reason", "classes"],
                               "properties": {"case": {"type": "string"}, "reason": {"type": "string"},
+                                             "kind": {"enum": ["budget"]},
                                              "classes": {"type": "array", "items": {"type": "integer"}}}},
                 },
             },
@@ -435,6 +438,11 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "cases": {"type": "array", "items": {"$ref": "#/$defs/case_plan"}},
                 "note": {"type": "string"},
                 "fuzz": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/fuzz_plan"}]},
+                "skipped": {"description": "cases left out because their minimum of decoder calls did not fit "
+                                           "the time left (since 1.4)",
+                            "type": "array",
+                            "items": {"type": "object", "required": ["case", "reason"],
+                                      "properties": {"case": {"type": "string"}, "reason": {"type": "string"}}}},
             },
         },
         **FUZZ_DEFS,
@@ -456,6 +464,9 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "platform": {"type": "string"},
                 "git_revision": _NULLABLE_STRING,
                 "git_dirty": {"type": ["boolean", "null"]},
+                "allocator": {"description": "what the C allocator was told (specexact.audit.allocator; since 1.4): "
+                                             "'kept' or 'default', with the reason in parentheses",
+                              "type": "string"},
             },
         },
         "accepted_length": {

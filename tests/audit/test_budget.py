@@ -8,6 +8,7 @@ from specexact.audit import quick_cases, run_audit
 from specexact.audit.plan import (
     MIN_BATCHES,
     approx_detectable_tv,
+    cases_within_budget,
     minimum_time,
     plan_batches,
     rows_per_class,
@@ -92,7 +93,7 @@ def one_thread():
 def test_budget_audit_plans_shows_progress_and_stops_on_time(one_thread):
     cases = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
     events = []
-    budget = 4.0
+    budget = 6.0  # both cases' minimum fits (with 4 s a slow pilot may leave v12-eos-cut out)
     report = run_audit(verify, cases=cases, budget_s=budget, false_fail_rate=1e-6, on_status=events.append)
     validate_report(report)
     kinds = [e["event"] for e in events]
@@ -141,10 +142,46 @@ def test_a_case_never_gets_more_than_the_time_left(one_thread, alpha):
     sampler = _SlowOnV8AfterThePlan()
     report = run_audit(sampler, cases=cases, budget_s=4.0, false_fail_rate=alpha * 16, on_status=sampler.on_status)
     assert report["verdict"] == "pass", report["findings"]
-    v12 = next(c for c in report["cases"] if c["name"] == "v12-eos-cut")
-    # Predicted about as slow as v8-plain turned out, the plan gives it its minimum; with no
-    # time left it stops after those 2 calls instead of sampling for 1.5 predicted calls' time.
-    assert v12["num_batches"] == MIN_BATCHES and v12["execution"]["sampling_time_s"] < 1.0
+    v12 = next((c for c in report["cases"] if c["name"] == "v12-eos-cut"), None)
+    # Predicted about as slow as v8-plain turned out, v12-eos-cut is either left out (its
+    # minimum does not fit the time left) or, if it fits, given its minimum: it stops after
+    # those 2 calls instead of sampling for 1.5 predicted calls' time.
+    if v12 is None:
+        assert [s["case"] for s in report["settings"]["skipped_cases"] if s.get("kind") == "budget"] == ["v12-eos-cut"]
+    else:
+        assert v12["num_batches"] == MIN_BATCHES and v12["execution"]["sampling_time_s"] < 1.0
+
+
+def _slow_on_v12(ids, draft_probs, target_probs, generator=None):
+    """Correct, but 0.5 s per verifier call on V=12."""
+    import time
+
+    if draft_probs.shape[-1] == 12:
+        time.sleep(0.5)
+    return verify(ids, draft_probs, target_probs, generator)
+
+
+@pytest.mark.statistical(checks=16)
+def test_a_case_whose_minimum_does_not_fit_is_left_out_not_overrun(one_thread, alpha):
+    from specexact.reports import render_html, render_markdown
+
+    cases = [c for c in quick_cases() if c.name in ("v12-eos-cut", "v8-plain")]
+    events = []
+    # The pilot alone spends >= 1 s on v12-eos-cut (warm-up and timed call), so at most 2 s
+    # are left, and its minimum of 2 calls (>= 1 s) with the 1 s per-case prior never fits
+    # beside v8-plain's; v8-plain, the cheaper, always runs.
+    report = run_audit(_slow_on_v12, cases=cases, budget_s=3.0, false_fail_rate=alpha * 16, on_status=events.append)
+    validate_report(report)
+    assert report["verdict"] == "pass", report["findings"]
+    assert [c["name"] for c in report["cases"]] == ["v8-plain"]
+    (left_out,) = [s for s in report["settings"]["skipped_cases"] if s.get("kind") == "budget"]
+    assert left_out["case"] == "v12-eos-cut" and left_out["reason"].startswith("budget: its minimum of 2 decoder calls")
+    assert [s["case"] for s in report["plan"]["skipped"]] == ["v12-eos-cut"]
+    assert "v12-eos-cut" in report["plan"]["note"] and not report["plan"]["feasible"]
+    assert [e["case"] for e in events if e["event"] == "case_skipped"] == ["v12-eos-cut"]
+    assert not any(e["event"] == "case_start" and e["case"] == "v12-eos-cut" for e in events)
+    assert "- not run: v12-eos-cut: budget: its minimum" in render_markdown(report)
+    assert "Not run: v12-eos-cut: budget" in render_html(report)
 
 
 def test_the_pilot_times_the_sampler_under_audit_and_survives_its_crash():
@@ -170,3 +207,22 @@ def test_the_pilot_times_the_sampler_under_audit_and_survives_its_crash():
     assert calls["slow"] >= 2 and slowed >= 0.5
     # The crashing sampler was tried (warm-up and timed call), then timed with the built-in.
     assert calls["crash"] == 2 and 0 < crashed < float("inf")
+
+
+def test_cases_within_budget_keeps_every_case_when_their_minimum_fits():
+    assert cases_within_budget([1.0, 2.0, 3.0], available_s=2 * 6.0 + 3 * 0.5, overhead_s=0.5) == [True] * 3
+
+
+def test_cases_within_budget_keeps_the_cheapest_cases_that_fit():
+    # minimums: 2*5+1 = 11, 2*1+1 = 3, 2*2+1 = 5, 2*1+1 = 3 (ties by order); 12 s left
+    assert cases_within_budget([5.0, 1.0, 2.0, 1.0], available_s=12.0, overhead_s=1.0) == [False, True, True, True]
+    assert cases_within_budget([5.0, 1.0, 2.0, 1.0], available_s=6.0, overhead_s=1.0) == [False, True, False, True]
+
+
+def test_cases_within_budget_always_keeps_the_cheapest_case():
+    assert cases_within_budget([3.0, 2.0], available_s=0.5) == [False, True]
+    assert cases_within_budget([3.0, 2.0], available_s=-1.0) == [False, True]
+
+
+def test_cases_within_budget_without_keep_one_may_leave_every_case_out():
+    assert cases_within_budget([3.0, 2.0], available_s=0.5, keep_one=False) == [False, False]

@@ -97,3 +97,18 @@ def test_shards_partition_the_cases(n):
     if n == 2:  # the heavy two-sample case (weight 2) sits alone with the lightest
         weights = [sum(c.weight for c in part) for part in parts]
         assert max(weights) - min(weights) <= 1
+
+
+def test_a_case_a_shard_left_out_for_its_budget_is_listed_in_the_merge(tmp_path):
+    _, s1, _ = run(tmp_path, "s1", "--shard", "1/2")
+    _, s2, _ = run(tmp_path, "s2", "--shard", "2/2")
+    dropped = s2["cases"].pop()  # as if shard 2's budget had left it out
+    s2["settings"]["skipped_cases"] = [{"case": dropped["name"], "kind": "budget", "classes": [0],
+                                        "reason": "budget: its minimum of 2 decoder calls did not fit"}]
+    merged = merge_reports([s1, s2])
+    validate_report(merged)
+    assert dropped["name"] not in [c["name"] for c in merged["cases"]]
+    assert [s["case"] for s in merged["settings"]["skipped_cases"] if s.get("kind") == "budget"] == [dropped["name"]]
+    del s2["settings"]["skipped_cases"]  # without the record the case is missing
+    with pytest.raises(ShardError, match="missing"):
+        merge_reports([s1, s2])
