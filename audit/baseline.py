@@ -17,10 +17,18 @@ A regression is any of the three. Checks failing in both reports ("still failing
 checks fixed since are listed but are not regressions.
 
 The fuzz phase's findings (exact rules, no statistics) take part as checks of the pseudo
-case ``"fuzz"`` named ``family / rule`` (``[corruption]`` added for invalid inputs, whose
-findings are one per corruption): a finding absent from the baseline is a new failure, one
-in both is still failing, one in the baseline only is fixed — provided the baseline ran
-the fuzz phase (otherwise its findings are new). A fuzz finding has no p-value: it is
+case ``"fuzz"`` named ``family / rule[example family]`` (:func:`fuzz_finding_key`): the
+family of the shrunk failing example — the corruption for invalid inputs, the pair family
+(``draft_above``, ``identical``, ...) otherwise — and, for the acceptance rule, whether the
+sampler rejected a draft it must accept or accepted one it must reject. A family stops at
+its first failure, so a second defect under a rule that already fails shows only as a
+different failing example: keyed by the rule alone it would hide behind the recorded one
+(a sampler scaling acceptance by 0.97 passed against SGLang's baseline that way). A
+finding absent from the baseline is a new failure, one in both is still failing, one in
+the baseline only is fixed — provided the baseline ran the fuzz phase (otherwise its
+findings are new). The same seed and ``--fuzz-examples`` give the same examples, hence
+the same keys, for an unchanged sampler; with another seed a known defect may shrink to
+another example family and show as new (a false alarm to read, never a silent pass). A fuzz finding has no p-value: it is
 recorded with ``pvalue`` 0 and ``false_fail_rate`` 0 (exact).
 
 Acceptance statistics are read, in this order, from ``case["acceptance"]``
@@ -41,7 +49,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["AcceptanceStats", "AcceptanceComparison", "BaselineDiff", "acceptance_stats", "compare_to_baseline",
-           "fuzz_finding_keys"]
+           "fuzz_finding_key", "fuzz_finding_keys"]
 
 POWER = 0.99
 """Power at which :attr:`AcceptanceComparison.detectable_drop` is stated."""
@@ -242,16 +250,21 @@ def _compare(case: str, label: str, base: AcceptanceStats, cur: AcceptanceStats,
     )
 
 
+def fuzz_finding_key(finding: Mapping[str, Any]) -> str:
+    """``family / rule[example family]`` of one fuzz finding, with the direction for an
+    acceptance-rule finding (``, rejects`` a draft it must accept / ``, accepts`` one it
+    must reject): the identity regression mode compares (module docstring)."""
+    kind = (finding.get("example_summary") or {}).get("family", "?")
+    direction = ""
+    if finding["rule"] == "acceptance_rule":
+        message = finding.get("message") or ""
+        direction = ", rejects" if "must accept" in message else ", accepts" if "must reject" in message else ""
+    return f"{finding['family']} / {finding['rule']}[{kind}{direction}]"
+
+
 def fuzz_finding_keys(report: Mapping[str, Any]) -> list[str]:
-    """``family / rule`` (``[corruption]`` for invalid inputs) of each fuzz finding of
-    ``report``, sorted, without repeats (module docstring)."""
-    keys = set()
-    for f in ((report.get("fuzz") or {}).get("findings") or []):
-        key = f"{f['family']} / {f['rule']}"
-        if f["rule"] == "refuses_invalid_input":
-            key += f"[{(f.get('example_summary') or {}).get('family', '?')}]"
-        keys.add(key)
-    return sorted(keys)
+    """:func:`fuzz_finding_key` of each fuzz finding of ``report``, sorted, without repeats."""
+    return sorted({fuzz_finding_key(f) for f in ((report.get("fuzz") or {}).get("findings") or [])})
 
 
 def _compare_fuzz(report: Mapping[str, Any], baseline: Mapping[str, Any], diff: "BaselineDiff") -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
+import sys
 import tempfile
 from pathlib import Path
 
@@ -219,7 +220,7 @@ def run_fuzz_command(args) -> int:
         write_json(to_jsonable(doc), args.json)
     print_fuzz(doc, console)
     for f in doc["findings"]:
-        console.print(f"  replay: python {escape(f['replay_path'])}")
+        console.print(f"  replay: {escape(sys.executable)} {escape(f['replay_path'])}")  # this env's interpreter
     if result.error:
         console.print(f"[red]error:[/] the fuzz phase could not run: {escape(result.error)}")
         return EXIT_ERROR

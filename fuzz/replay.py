@@ -42,13 +42,17 @@ def _nested(values) -> str:
 
 
 def tensor_literal(t: torch.Tensor) -> str:
-    """``torch.tensor(...)`` that rebuilds ``t`` exactly (values and dtype); ``nan`` and
-    ``inf`` are the names the script defines."""
+    """``torch.tensor(...)`` that rebuilds ``t`` exactly (values, dtype, and the shape of an
+    empty tensor, e.g. ``draft_probs [1, 0, V]`` with no drafts); ``nan`` and ``inf`` are the
+    names the script defines."""
     dtype = str(t.dtype).removeprefix("torch.")
     values = t.detach().cpu()
     if t.is_floating_point():
         values = values.to(torch.float64)
-    return f"torch.tensor({_nested(values.tolist())}, dtype=torch.{dtype})"
+    literal = f"torch.tensor({_nested(values.tolist())}, dtype=torch.{dtype})"
+    if t.numel() == 0 and t.dim() != 1:  # a nested list cannot say the shape of an empty tensor
+        literal += f".reshape({tuple(t.shape)!r})"
+    return literal
 
 
 def _numbers(inputs) -> int:

@@ -11,6 +11,7 @@ import base64
 import math
 from typing import Sequence
 
+from .baseline_text import baseline_headline, baseline_lines
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
 from .fuzz_section import fuzz_html
 
@@ -79,6 +80,11 @@ _TEMPLATE = r"""<!DOCTYPE html>
   started {{ r.started_at }} UTC · {{ "%.1f"|format(r.wall_time_s) }} s ·
   {{ "{:,}".format(r.num_sequences) }} sequences{% if shard %} · <b>shard {{ shard.index }}/{{ shard.count }}</b>{% endif %}</p>
 
+{% if baseline %}
+<h2>{{ baseline.headline }}</h2>
+<p class="note">The exit status follows this comparison, not the verdict above.</p>
+<ul>{% for line in baseline.lines %}<li>{{ line }}</li>{% endfor %}</ul>
+{% endif %}
 {% if diagnosis %}
 <h2>Diagnosis: {{ r.diagnosis.summary }}</h2>
 <table class="diagnosis">
@@ -361,6 +367,8 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
         planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
         diagnosis=_diagnosis_rows(report),
+        baseline=({"headline": baseline_headline(report["baseline"]), "lines": baseline_lines(report["baseline"])}
+                  if report.get("baseline") else None),
         certified_note=CERTIFIED_TV_NOTE, lossy_text=lossy_interval_text,
         scheme_rows=[a for a in report.get("acceptance") or []
                      if a.get("scheme") not in (None, "tokenwise") or a.get("note")],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from .baseline_text import baseline_headline, baseline_lines
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
 from .fuzz_section import fuzz_markdown
 
@@ -67,6 +68,15 @@ def _planned_label(report: dict) -> str:
     return "planned" if (report.get("settings") or {}).get("num_batches") is not None else "≈ planned at its start"
 
 
+def _baseline_section(report: dict) -> list[str]:
+    """Regression mode (``--baseline``), right after the diagnosis: what the exit status followed."""
+    baseline = report.get("baseline")
+    if not baseline:
+        return []
+    return [f"**{_cell(baseline_headline(baseline))}** — the exit status follows this comparison, not the "
+            "verdict above", "", *(f"- {_cell(line)}" for line in baseline_lines(baseline)), ""]
+
+
 def _diagnosis_section(report: dict) -> list[str]:
     """The diagnosis (report 1.3+), first in the report: one line per part, ✔ / ✗ / not tested."""
     diag = report.get("diagnosis")
@@ -104,6 +114,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         + (f" (shard {shard['index']}/{shard['count']})" if shard else ""),
         "",
         *_diagnosis_section(report),
+        *_baseline_section(report),
         f"- sampler: {_code(report['sampler']['target'])}",
         f"- started: {report['started_at']}, wall time {report['wall_time_s']:.1f} s, "
         f"{report['num_sequences']:,} sequences",

@@ -160,13 +160,13 @@ def test_fuzz_findings_take_part_new_ones_regress_known_ones_do_not():
     same = {**copy.deepcopy(BASE), "fuzz": _fuzz(zero, nan)}
     diff = compare_to_baseline(same, base)
     assert not diff.regressed and {f["check"] for f in diff.still_failing if f["case"] == "fuzz"} == {
-        "acceptance_probes / zero_probability_token", "invalid_inputs / refuses_invalid_input[nan_draft_prob]"}
+        "acceptance_probes / zero_probability_token[identical]", "invalid_inputs / refuses_invalid_input[nan_draft_prob]"}
     # Another corruption refused badly is a new finding; the zero-probability one fixed.
     other = ("invalid_inputs", "refuses_invalid_input", "nan_target_prob")
     diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(nan, other)}, base)
     assert diff.regressed
     assert [f["check"] for f in diff.new_failures] == ["invalid_inputs / refuses_invalid_input[nan_target_prob]"]
-    assert [f["check"] for f in diff.fixed if f["case"] == "fuzz"] == ["acceptance_probes / zero_probability_token"]
+    assert [f["check"] for f in diff.fixed if f["case"] == "fuzz"] == ["acceptance_probes / zero_probability_token[identical]"]
     assert "an exact rule broken" in diff.summary()
     # A baseline without the fuzz phase: every finding is new, and said so.
     diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(zero)}, copy.deepcopy(BASE))
@@ -174,5 +174,30 @@ def test_fuzz_findings_take_part_new_ones_regress_known_ones_do_not():
     # A report without the fuzz phase compares no fuzz findings, and says so.
     diff = compare_to_baseline(copy.deepcopy(BASE), base)
     assert not diff.regressed and sorted(n for n in diff.not_compared if n.startswith("fuzz / ")) == [
-        "fuzz / acceptance_probes / zero_probability_token: in the baseline; this audit ran no fuzz phase",
+        "fuzz / acceptance_probes / zero_probability_token[identical]: in the baseline; this audit ran no fuzz phase",
         "fuzz / invalid_inputs / refuses_invalid_input[nan_draft_prob]: in the baseline; this audit ran no fuzz phase"]
+
+
+def _acceptance_finding(kind, message):
+    return {"family": "acceptance_probes", "rule": "acceptance_rule", "example_summary": {"family": kind},
+            "message": message}
+
+
+def test_another_acceptance_defect_under_a_recorded_rule_is_new():
+    """SGLang's recorded finding (q one ulp above 1: rejected though it must accept) must not
+    hide a different acceptance defect (acceptance scaled by 0.97: p = q = 1 rejected)."""
+    recorded = _acceptance_finding("draft_above", "draft 0 with p(d)=1.0, q(d)=1.0000001192092896: rejected at "
+                                                  "u=1.4e-45, must accept (...)")
+    base = {**copy.deepcopy(BASE), "fuzz": {"findings": [recorded]}}
+    same = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": {"findings": [copy.deepcopy(recorded)]}}, base)
+    assert not same.regressed
+    assert [f["check"] for f in same.still_failing if f["case"] == "fuzz"] == [
+        "acceptance_probes / acceptance_rule[draft_above, rejects]"]
+    scaled = _acceptance_finding("identical", "draft 0 with p(d)=1.0, q(d)=1.0: rejected at u=0.98, must accept (...)")
+    diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": {"findings": [scaled]}}, base)
+    assert diff.regressed
+    assert [f["check"] for f in diff.new_failures] == ["acceptance_probes / acceptance_rule[identical, rejects]"]
+    # The same example family, the other direction: also another defect.
+    accepts = _acceptance_finding("draft_above", "draft 0 with p(d)=0.5, q(d)=1.0: accepted at u=0.9, must reject (...)")
+    diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": {"findings": [accepts]}}, base)
+    assert [f["check"] for f in diff.new_failures] == ["acceptance_probes / acceptance_rule[draft_above, accepts]"]

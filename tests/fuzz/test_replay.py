@@ -48,3 +48,11 @@ def test_a_determinism_replay_and_an_invalid_input_replay():
     script = replay_script(sampler="builtin", family="invalid_inputs", rule="refuses_invalid_input", message="m",
                            example="e", call=bad, corruption="draft_id_too_large")
     assert "not reproduced: ValueError" in run(script)
+
+
+def test_empty_tensors_keep_their_shape():
+    """A call with no drafts has ``draft_probs [B, 0, V]``: the literal must rebuild that
+    shape, or the replay fails on another error than the finding's."""
+    for t in (torch.zeros(1, 0, 5), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0)):
+        rebuilt = eval(tensor_literal(t), {"torch": torch})
+        assert rebuilt.shape == t.shape and rebuilt.dtype == t.dtype
