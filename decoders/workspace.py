@@ -18,10 +18,15 @@ import threading
 
 import torch
 
-__all__ = ["take", "release", "REUSE"]
+__all__ = ["take", "release", "REUSE", "POISON"]
 
 REUSE = True
 """Whether :func:`take` reuses storage (False: a fresh tensor every time)."""
+
+POISON: float | None = None
+"""Test hook: when set, every tensor :func:`take` hands out is first filled with this value
+(e.g. NaN), reused or fresh, so that a caller reading an entry it did not write reads the
+poison deterministically instead of whatever the storage held."""
 
 _buffers: dict[str, torch.Tensor] = {}
 _lock = threading.Lock()
@@ -63,14 +68,21 @@ def take(name: str, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
     numel = math.prod(shape)
     device = torch.device(device)
     if not REUSE or device.type != "cpu":
-        return torch.empty(shape, dtype=dtype, device=device)
+        return _poisoned(torch.empty(shape, dtype=dtype, device=device))
     with _lock:
         buf = _buffers.get(name)
         if buf is None or buf.dtype != dtype or buf.numel() < numel or not _free(buf):
             _buffers.pop(name, None)  # dropped before allocating: the old one is not kept alongside
             buf = torch.empty(numel, dtype=dtype)
             _buffers[name] = buf
-        return buf[:numel].view(shape)
+        out = buf[:numel].view(shape)
+    return _poisoned(out)
+
+
+def _poisoned(t: torch.Tensor) -> torch.Tensor:
+    if POISON is not None:
+        t.fill_(POISON)
+    return t
 
 
 def release() -> None:
