@@ -9,7 +9,12 @@ time is split by wrapping the stages: the models' forward calls, the logits pipe
 draft / naive sampling, the verifier, the shared-law bookkeeping (grouping rows, building
 the verifier's ``[A, γ(+1), V]`` inputs) and the rest of the loop. ``before`` is the
 previous code path (:func:`benchmarks.decoder_audit.before_fast_path` with the every-row
-reference decoders), ``after`` the fast path.
+reference decoders), ``after`` the fast path: for the toy models that is the fused path
+(:mod:`specexact.decoders.law_engine`), whose stages are timed where they run: the
+models' states and projections (forward), penalties and ``process_chunk`` (pipeline),
+block masses and searches (sampling), grouping and the copies into the verifier's inputs
+(bookkeeping). The model wrappers keep the models' state interface, so the fused path
+still applies (``fused path calls`` counts the calls it took).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import time
 
 import torch
 
+import specexact.decoders.law_engine as law_engine
 import specexact.decoders.law_table as law_table
 import specexact.decoders.naive as naive_mod
+import specexact.decoders.sampling as sampling
 import specexact.decoders.speculative as spec_mod
 from .decoder_audit import audit_call, before_fast_path, headline_case
 
@@ -51,12 +58,23 @@ class _Timer:
 
 
 class _Model:
+    """A model whose calls are timed as the forward stage; it keeps the state interface
+    (``prefix_states`` / ``project`` / ``project_rows`` / ``logit_bound``) where the
+    model has one, so the decoders' fused path applies to it as to the model."""
+
     def __init__(self, model, timer):
         self.model, self.timer = model, timer
         self.vocab_size, self.device = model.vocab_size, model.device
+        self.dtype = getattr(model, "dtype", None)
+        self._forward = timer.wrap(STAGES[0], model)
+        for name in ("prefix_states", "project", "project_rows"):
+            if hasattr(model, name):
+                setattr(self, name, timer.wrap(STAGES[0], getattr(model, name)))
+        if hasattr(model, "logit_bound"):
+            self.logit_bound = model.logit_bound
 
     def __call__(self, *a):
-        return self.timer.wrap(STAGES[0], self.model)(*a)
+        return self._forward(*a)
 
 
 def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False) -> dict:
@@ -70,11 +88,25 @@ def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False) 
         (law_table, "sample_from_probs", STAGES[2]), (law_table, "sample_from_table", STAGES[2]),
         (law_table, "_confirm", STAGES[4]), (law_table, "distinct_rows", STAGES[4]),
         (law_table.LawTable, "rows", STAGES[4]), (spec_mod, "_stack_laws", STAGES[4]),
+        # the fused path (law_engine), stage by stage
+        (law_engine, "penalise_", STAGES[1]), (law_engine, "process_chunk", STAGES[1]),
+        (law_engine, "search_blocks", STAGES[2]), (law_engine, "_inverse_cdf_fast", STAGES[2]),
+        (sampling.BlockMasses, "__call__", STAGES[2]),
+        (law_engine, "distinct_rows", STAGES[4]), (law_engine, "signatures", STAGES[4]),
+        (law_engine, "_write_rows", STAGES[4]),
     ]
+    fused_calls = [0]
+    inner_fused = law_engine.fused_laws
+
+    def counted(*a, **k):
+        out = inner_fused(*a, **k)
+        fused_calls[0] += out is not None
+        return out
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     try:
         for obj, name, stage in patches:
             setattr(obj, name, timer.wrap(stage, getattr(obj, name)))
+        spec_mod.fused_laws = naive_mod.fused_laws = counted
         import benchmarks.decoder_audit as da
         da_verify = da.verify
         da.verify = timer.wrap(STAGES[3], da_verify)
@@ -82,6 +114,7 @@ def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False) 
         with (before_fast_path() if not fast else _nothing()):
             audit_call(case, *models, prompts, tp, dp, seed=0, fast=fast)  # warm-up
             timer.acc.clear()
+            fused_calls[0] = 0
             start = clock()
             for r in range(repeats):
                 audit_call(case, *models, prompts, tp, dp, seed=r + 1, fast=fast)
@@ -90,9 +123,10 @@ def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False) 
         for obj, name, fn in saved:
             setattr(obj, name, fn)
         da.verify = da_verify
+        spec_mod.fused_laws = naive_mod.fused_laws = inner_fused
     out = {k: timer.acc[k] / repeats for k in STAGES[:-1]}
     out[STAGES[-1]] = total - sum(out.values())
-    return {"total_s": total, "stages_s": out, "samples_per_s": B / total}
+    return {"total_s": total, "stages_s": out, "samples_per_s": B / total, "fused_calls": fused_calls[0] / repeats}
 
 
 class _nothing:
@@ -111,6 +145,7 @@ def markdown(before: dict, after: dict, V: int, B: int) -> str:
     lines.append(f"| **one audit call** | **{before['total_s']:.2f}** | | **{after['total_s']:.2f}** | |")
     lines.append(f"| samples/s | {before['samples_per_s']:.0f} | | {after['samples_per_s']:.0f} | "
                  f"x{before['total_s'] / after['total_s']:.2f} |")
+    lines.append(f"| fused path calls per audit call | {before['fused_calls']:.0f} | | {after['fused_calls']:.0f} | |")
     return "\n".join(lines)
 
 

@@ -115,6 +115,13 @@ def _widens(bound: float, params: BatchedParams, vocab_size: int) -> bool:
     return not magnitude < _OVERFLOW_GUARD
 
 
+def _write_rows(dest: torch.Tensor, laws: torch.Tensor, rows: list[int], row_law: list[int], first: int) -> None:
+    """``dest[r] = laws[row_law[r] - first]`` for each ``r`` of ``rows`` (one copy per row:
+    faster on CPU than ``index_copy_`` into a strided ``dest``)."""
+    for r in rows:
+        dest[r].copy_(laws[row_law[r] - first])
+
+
 def fused_laws(model, input_ids: torch.Tensor, positions: torch.Tensor, params: BatchedParams,
                history: torch.Tensor, *, dest: torch.Tensor | None = None, sample: bool = False,
                generator: torch.Generator | None = None) -> torch.Tensor | bool | None:
@@ -208,8 +215,7 @@ def fused_laws(model, input_ids: torch.Tensor, positions: torch.Tensor, params: 
                           p.presence_penalty[g0:g1], hist[g0:g1])
             P = process_chunk(X, s_val, temperature[g0:g1], min_p[g0:g1], p.top_k[g0:g1], top_p[g0:g1])
             if dest is not None:
-                for r in row_order[ends[g0 - 1] if g0 else 0:ends[g1 - 1]]:
-                    dest[r].copy_(P[row_law_list[r] - g0])  # faster on CPU than index_copy_
+                _write_rows(dest, P, row_order[ends[g0 - 1] if g0 else 0:ends[g1 - 1]], row_law_list, g0)
             if sample:
                 if table is not None:
                     table[g0:g1].copy_(P)
