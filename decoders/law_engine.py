@@ -65,23 +65,25 @@ def fused_model(model) -> bool:
 
 
 def _projection(model):
-    """The projection the fused path uses for ``model`` (checked once per model, cached on
-    it): ``model.project_rows`` where it has one that gives :meth:`project`'s bits, else
-    ``model.project``; None if ``project`` itself gives a row other bits when fewer rows
-    are projected together (then the fused path does not apply: the reference projects
-    every row of a call at once).
+    """The projection the fused path uses for ``model`` (checked once per model and torch
+    thread count, cached on the model): ``model.project_rows`` where it has one that gives
+    :meth:`project`'s bits, else ``model.project``; None if ``project`` itself gives a row
+    other bits when fewer rows are projected together (then the fused path does not apply:
+    the reference projects every row of a call at once).
 
-    The check projects 64 seeded states at once and in runs of 2 to 13 rows at several
-    offsets, and compares bit patterns.
+    The check projects 512 seeded states at once and in runs of 2 to 300 rows at several
+    offsets (the chunk sizes of the fused path and remainders of a BLAS's row tiles), and
+    compares bit patterns.
     """
-    cached = getattr(model, "_fused_projection", False)
-    if cached is not False:
-        return cached
+    threads = torch.get_num_threads()
+    cache = getattr(model, "_fused_projection", None)
+    if isinstance(cache, dict) and threads in cache:
+        return cache[threads]
     g = torch.Generator().manual_seed(0)
     d = model.prefix_states(torch.zeros(1, 1, dtype=torch.int64)).shape[-1]
-    states = torch.tanh(torch.randn(64, d, generator=g, dtype=torch.float64)).to(model.dtype)
+    states = torch.tanh(torch.randn(512, d, generator=g, dtype=torch.float64)).to(model.dtype)
     every = model.project(states).view(torch.int32)
-    runs = [(0, 2), (5, 3), (9, 8), (30, 13), (0, 64)]
+    runs = [(0, 2), (5, 3), (9, 8), (30, 13), (0, 64), (100, 300)]
 
     def same(fn) -> bool:
         return all(torch.equal(fn(states[o:o + m]).view(torch.int32), every[o:o + m]) for o, m in runs)
@@ -91,7 +93,7 @@ def _projection(model):
         rows = getattr(model, "project_rows", None)
         chosen = rows if rows is not None and same(rows) else model.project
     try:
-        model._fused_projection = chosen
+        model._fused_projection = {**(cache if isinstance(cache, dict) else {}), threads: chosen}
     except AttributeError:  # a model that takes no attributes: check again next time
         pass
     return chosen
