@@ -77,8 +77,8 @@ class _Model:
         return self._forward(*a)
 
 
-def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False) -> dict:
-    case = headline_case(V, B)
+def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False, case_name: str | None = None) -> dict:
+    case = headline_case(V, B) if case_name is None else _named_case(case_name, B)
     target, draft = case.models()
     prompts, tp, dp = case.batch()
     clock = time.process_time if cpu else time.perf_counter
@@ -129,6 +129,18 @@ def profile(V: int, B: int, *, fast: bool, repeats: int = 1, cpu: bool = False) 
     return {"total_s": total, "stages_s": out, "samples_per_s": B / total, "fused_calls": fused_calls[0] / repeats}
 
 
+def _named_case(name: str, B: int):
+    """The default audit case ``name`` with ``B`` rows (``V`` is the case's own)."""
+    from dataclasses import replace
+
+    from specexact.audit.cases import default_cases
+
+    cases = {c.name: c for c in default_cases()}
+    if name not in cases:
+        raise SystemExit(f"--case: no default case named {name!r} (known: {', '.join(cases)})")
+    return replace(cases[name], batch_size=B)
+
+
 class _nothing:
     def __enter__(self):
         return self
@@ -154,6 +166,9 @@ def main(argv=None) -> int:
     ap.add_argument("--V", type=int, default=32000)
     ap.add_argument("--B", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--case", default=None,
+                    help="profile this default audit case (its own vocabulary and classes; --V is ignored) "
+                         "instead of the v4096-zipf case at --V")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--cpu-time", action="store_true",
                     help="time with the process's CPU time (on a busy machine, with --threads 1: the work done, "
@@ -161,10 +176,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    after = profile(args.V, args.B, fast=True, repeats=args.repeats, cpu=args.cpu_time)
-    before = profile(args.V, args.B, fast=False, repeats=args.repeats, cpu=args.cpu_time)
+    kw = dict(repeats=args.repeats, cpu=args.cpu_time, case_name=args.case)
+    after = profile(args.V, args.B, fast=True, **kw)
+    before = profile(args.V, args.B, fast=False, **kw)
     print(f"{'CPU' if args.cpu_time else 'wall'} seconds, torch threads {torch.get_num_threads()}")
-    print(markdown(before, after, args.V, args.B))
+    V = args.V if args.case is None else _named_case(args.case, args.B).model.vocab_size
+    print(f"case: {args.case or 'v4096-zipf at --V'}")
+    print(markdown(before, after, V, args.B))
     return 0
 
 

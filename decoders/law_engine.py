@@ -33,6 +33,8 @@ decoders with their references on seeded and Hypothesis inputs.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from .law_chunk import TOP_P, has_penalty, penalise_, process_chunk, signatures
@@ -51,6 +53,30 @@ FUSED = True
 
 MIN_VOCAB = 256
 """Smallest vocabulary of the fused path (the grouped pipeline's)."""
+
+ONE_THREAD = True
+"""Whether the fused path processes its chunks on one torch thread (then restores the
+caller's count). Each chunk is a cache-sized ``[R, V]`` block and each operation on it is
+short: an OpenMP parallel region per operation costs more than it saves, and on a shared
+machine a second thread that has to wait for a core stalls every region (measured on a
+busy 2-core machine, V = 32000: 2 threads took 66 s per audit call where 1 thread took
+4.3 s). The large per-round tensors (the verifier, the sampling's searches) keep the
+caller's threads. Row results do not depend on the thread count (each row of at most
+:data:`~specexact.decoders.pipeline.SERIAL_ROW` entries is reduced by one thread; the
+projection is checked at both counts, :func:`_projection`)."""
+
+
+@contextmanager
+def _one_thread():
+    threads = torch.get_num_threads()
+    if not ONE_THREAD or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def fused_model(model) -> bool:
@@ -71,9 +97,10 @@ def _projection(model):
     other bits when fewer rows are projected together (then the fused path does not apply:
     the reference projects every row of a call at once).
 
-    The check projects 512 seeded states at once and in runs of 2 to 300 rows at several
-    offsets (the chunk sizes of the fused path and remainders of a BLAS's row tiles), and
-    compares bit patterns.
+    The check projects 512 seeded states at once with the caller's threads (as the
+    reference projects a call's rows) and in runs of 2 to 300 rows at several offsets (the
+    chunk sizes of the fused path and remainders of a BLAS's row tiles) with the threads
+    the fused path's chunks run on (:data:`ONE_THREAD`), and compares bit patterns.
     """
     threads = torch.get_num_threads()
     cache = getattr(model, "_fused_projection", None)
@@ -89,9 +116,10 @@ def _projection(model):
         return all(torch.equal(fn(states[o:o + m]).view(torch.int32), every[o:o + m]) for o, m in runs)
 
     chosen = None
-    if same(model.project):
-        rows = getattr(model, "project_rows", None)
-        chosen = rows if rows is not None and same(rows) else model.project
+    with _one_thread():
+        if same(model.project):
+            rows = getattr(model, "project_rows", None)
+            chosen = rows if rows is not None and same(rows) else model.project
     try:
         model._fused_projection = {**(cache if isinstance(cache, dict) else {}), threads: chosen}
     except AttributeError:  # a model that takes no attributes: check again next time
@@ -202,30 +230,31 @@ def fused_laws(model, input_ids: torch.Tensor, positions: torch.Tensor, params: 
         law_mass = torch.empty(U, -(-V // BLOCK) if two_level else 1, dtype=torch.float64, device=device)
         masses = BlockMasses(V, max(chunk_rows_for(V, TOP_P), MIN_ROWS)) if two_level else None
         table = workspace.take("laws", (U, V), device=device) if dest is None else None
-    start = 0
-    for s_val in range(16):
-        stop = sig_ends[s_val]
-        step = chunk_rows_for(V, s_val)
-        for g0 in range(start, stop, step):
-            g1 = min(stop, g0 + step)
-            S = states[g0:g1]
-            if g1 - g0 < MIN_ROWS:  # pad: MKL rounds a single row's product otherwise
-                S = torch.cat([S, S[:1].expand(MIN_ROWS - (g1 - g0), -1)])
-            X = project(S)[: g1 - g0]  # [R, V]
-            if any(pen_list[g0:g1]):
-                penalise_(X, p.repetition_penalty[g0:g1], p.frequency_penalty[g0:g1],
-                          p.presence_penalty[g0:g1], hist[g0:g1])
-            P = process_chunk(X, s_val, temperature[g0:g1], min_p[g0:g1], p.top_k[g0:g1], top_p[g0:g1])
-            if dest is not None:
-                _write_rows(dest, P, row_order[ends[g0 - 1] if g0 else 0:ends[g1 - 1]], row_law_list, g0)
-            if sample:
-                if table is not None:
-                    table[g0:g1].copy_(P)
-                if two_level:
-                    masses(P, out=law_mass[g0:g1])
-                else:
-                    torch.sum(P, -1, keepdim=True, dtype=torch.float64, out=law_mass[g0:g1])
-        start = stop
+    with _one_thread():  # cache-sized chunks: one thread (ONE_THREAD)
+        start = 0
+        for s_val in range(16):
+            stop = sig_ends[s_val]
+            step = chunk_rows_for(V, s_val)
+            for g0 in range(start, stop, step):
+                g1 = min(stop, g0 + step)
+                S = states[g0:g1]
+                if g1 - g0 < MIN_ROWS:  # pad: MKL rounds a single row's product otherwise
+                    S = torch.cat([S, S[:1].expand(MIN_ROWS - (g1 - g0), -1)])
+                X = project(S)[: g1 - g0]  # [R, V]
+                if any(pen_list[g0:g1]):
+                    penalise_(X, p.repetition_penalty[g0:g1], p.frequency_penalty[g0:g1],
+                              p.presence_penalty[g0:g1], hist[g0:g1])
+                P = process_chunk(X, s_val, temperature[g0:g1], min_p[g0:g1], p.top_k[g0:g1], top_p[g0:g1])
+                if dest is not None:
+                    _write_rows(dest, P, row_order[ends[g0 - 1] if g0 else 0:ends[g1 - 1]], row_law_list, g0)
+                if sample:
+                    if table is not None:
+                        table[g0:g1].copy_(P)
+                    if two_level:
+                        masses(P, out=law_mass[g0:g1])
+                    else:
+                        torch.sum(P, -1, keepdim=True, dtype=torch.float64, out=law_mass[g0:g1])
+            start = stop
     if not sample:
         return True
     source, src = (table, row_law) if dest is None else (dest, torch.arange(N, device=device))

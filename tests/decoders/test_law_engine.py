@@ -337,3 +337,19 @@ def test_decoders_match_the_references_on_random_configurations(V, B, gamma, len
             _run_speculative(speculative_generate, target, draft, prompts, tp, dp, **kw)
         return
     _same(_run_speculative(speculative_generate, target, draft, prompts, tp, dp, **kw), ref)
+
+
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_two_torch_threads_give_the_reference_bits(one_thread, monkeypatch):
+    """The fused chunks on one thread (ONE_THREAD) or on the caller's two, against the
+    reference decoders on two threads; the caller's thread count is restored."""
+    monkeypatch.setattr(law_engine, "ONE_THREAD", one_thread)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _assert_decoders_identical(*_case("v8193", 96), seeds=(5,))
+        case, target, draft, prompts, tp, dp = _case("v4096", 48)
+        _assert_decoders_identical(case, target, draft, prompts, tp, dp, seeds=(6,))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
