@@ -243,6 +243,34 @@ class ToyLM:
         logits = states @ self.proj.T  # [..., V]
         return logits.add_(self.head)  # == head + states @ proj.T, without a second [..., V]
 
+    def project_rows(self, states: torch.Tensor) -> torch.Tensor:
+        """:meth:`project` of a ``[R, d]`` matrix of states, ``R >= 2``, with the projection
+        stored ``[d, V]`` (contiguous rows of the product: about 1.5x faster on CPU).
+
+        Shape: ``[R, d] -> [R, V]``. The same bits as :meth:`project` wherever the BLAS
+        computes each entry of a product of ``R >= 2`` rows the same way whatever the
+        layout of the right-hand side (MKL does); the decoders' fused path checks that once
+        per model (:func:`specexact.decoders.law_engine.fused_model`) and uses
+        :meth:`project` otherwise.
+        """
+        if getattr(self, "_proj_t", None) is None:
+            self._proj_t = self.proj.T.contiguous()  # [d, V]
+        return torch.mm(states, self._proj_t).add_(self.head)
+
+    def logit_bound(self) -> float:
+        """An upper bound on ``|logit|`` of every finite state's logits (float).
+
+        States are ``tanh`` outputs, so ``|s_k| <= 1`` and ``|head_v + s . proj_v| <=
+        max |head| + sum_k max_v |proj_vk|``; the bound is that, in float64, widened by 1 %
+        for the rounding of a float32 or float64 projection (``d + 1`` rounded terms).
+        The decoders' fused path (:mod:`specexact.decoders.law_engine`) reads the logits
+        pipeline's float32 overflow guard from it without computing every logit first.
+        """
+        if getattr(self, "_logit_bound", None) is None:
+            w = self._weights
+            self._logit_bound = 1.01 * (float(w["head"].abs().max()) + float(w["proj"].abs().amax(0).sum()))
+        return self._logit_bound
+
     def _states_cached(self, input_ids: torch.Tensor, needed: int) -> torch.Tensor:
         """:meth:`states` of ``input_ids[:, :needed]``, resuming the previous call's states.
 

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from .law_engine import fused_laws, fused_model
 from .law_table import model_laws
 from .params import SamplingParams, batch_params
 from .pipeline import process_logits
@@ -143,13 +144,17 @@ def _naive(target, prompt_ids, params, *, max_new_tokens, generator, eos_token_i
     bp = batch_params(params, B, device)
     seq = torch.cat([prompt_ids, torch.full((B, max_new_tokens), -1, dtype=torch.int64, device=device)], 1)
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    fused = share and processing is None and fused_model(target)
     for t in range(max_new_tokens):
         positions = torch.full((B, 1), T0 + t - 1, dtype=torch.int64, device=device)
-        laws = model_laws(target, seq[:, : T0 + t], positions, bp, seq[:, T0 : T0 + t],
-                          process=process_logits if processing is None else processing,
-                          extra=() if processing is None else (prompt_ids,), share=share)  # B laws
-        token = laws.sample(generator)  # [B]
-        del laws
+        token = (fused_laws(target, seq[:, : T0 + t], positions, bp, seq[:, T0 : T0 + t], sample=True,
+                            generator=generator) if fused else None)  # [B]
+        if token is None:
+            laws = model_laws(target, seq[:, : T0 + t], positions, bp, seq[:, T0 : T0 + t],
+                              process=process_logits if processing is None else processing,
+                              extra=() if processing is None else (prompt_ids,), share=share)  # B laws
+            token = laws.sample(generator)  # [B]
+            del laws
         seq[:, T0 + t] = torch.where(done, -1, token)
         if eos_token_id is not None:
             done |= token == eos_token_id

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from .law_chunk import TOP_P, has_penalty, penalise_, process_chunk, signatures
+from .nucleus import nucleus_reference as _nucleus_reference
 from .params import BatchedParams
 from .sampling import SMALL_ELEMENTS
 
@@ -234,17 +236,6 @@ def _apply_penalties_sparse(
     return out
 
 
-def _nucleus_reference(kept_probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """The top-p set of :func:`process_logits_reference`: ``[R, V]`` normalised float64
-    kept probabilities, ``[R]`` top-p -> ``[R, V]`` bool."""
-    # Stable descending sort: ties in probability keep the lower token id first.
-    sorted_probs, order = torch.sort(kept_probs, dim=-1, descending=True, stable=True)
-    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # exclusive cumsum
-    in_nucleus = mass_before < top_p[:, None]
-    in_nucleus[:, 0] = True  # the most probable token is always kept
-    return torch.zeros_like(in_nucleus).scatter_(1, order, in_nucleus)
-
-
 _KEY_SHIFT = 19  # bucket key: float32 bits >> 19 (8 exponent bits and 4 mantissa bits)
 _KEY_ONE = (127 << 23) >> _KEY_SHIFT  # key of 1.0
 _BUCKETS = 16 * 40  # 16 buckets per power of two, down to 2^-40; the last one holds the rest
@@ -317,11 +308,10 @@ def _nucleus_fast(kept_probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
 #
 # _process_grouped returns what process_logits_reference returns, bit for bit, for
 # float32 logits on CPU without -inf, when the float32 overflow guard does not widen: rows
-# are grouped by the operations they need (min-p, top-k, top-p, greedy, temperature) and
-# each group is processed a cache-sized chunk of rows at a time, so each operation reads
-# the chunk from cache; top-p finds its candidates from a histogram of the float32 kept
-# probabilities (their order is the order of the reference's float64 ones, ties included,
-# since one row's float64 values are the float32 ones divided by one positive total).
+# are grouped by the operations they need (min-p, top-k, top-p, greedy) and each group is
+# processed a cache-sized chunk of rows at a time, so each operation reads the chunk from
+# cache (specexact.decoders.law_chunk.process_chunk; top-p from a histogram and a sort of
+# one bin per row, specexact.decoders.nucleus).
 
 GROUPED = True
 """Whether :func:`process_logits` takes the grouped path where it applies (False: the
@@ -330,72 +320,22 @@ batched path alone, as before it existed; for benchmarks and tests)."""
 GROUP_CHUNK_ELEMENTS = 1 << 18
 """Entries per chunk of the grouped path (1 MiB of float32: an L2 cache's worth)."""
 
-_SERIAL_ROW = 32768
+TOP_P_CHUNK_ELEMENTS = 1 << 20
+"""Entries per chunk of rows that take top-p: its per-chunk work on small tensors (the
+boundary bin's tokens) costs as much as its passes over the rows at 2**18 entries, and
+four times fewer chunks outweigh the chunk spilling from L2 (measured on a 2-core CPU)."""
+
+SERIAL_ROW = 32768
 """Longest row the grouped path takes: torch reduces a single row of fewer entries on one
 thread, as it reduces each row of a batch, so a chunk's per-row sums are the reference's
 whatever the chunk's size (a single longer row is split across threads)."""
-_HIST_BINS = 2048  # float32 bits >> 19 of a value in [0, 1] lie in [0, 2032]
-_HIST_MARGIN = 1e-4  # the histogram's float32 bin masses only choose the threshold
 
 
-def _nucleus_of_chunk(kept: torch.Tensor, total: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """The reference's top-p set of a chunk, from its float32 kept probabilities.
-
-    Shape: ``kept [R, V]`` float32 (zeros where cut), ``total [R]`` float64 (their float64
-    sum), ``top_p [R]`` float64 -> ``[R, V]`` bool.
-
-    The reference normalises ``kept.to(float64) / total``, sorts it (descending, ties by
-    lower id), and keeps the tokens whose float64 mass before them is below ``top_p``.
-    Candidates: the tokens at or above a float32 threshold, chosen from a histogram of
-    ``kept`` (16 bins per power of two) to hold a little more than ``top_p`` of the mass;
-    the set is closed under ties and is a prefix of the reference's order, so their
-    values, sorted, and their cumulative sums are the reference's first ones, bit for bit.
-    A row is certified when its candidates reach ``top_p + 1e-12``; other rows, and rows
-    with more than V/2 candidates, take :func:`_nucleus_reference`.
-    """
-    R, V = kept.shape
-    device = kept.device
-    key = kept.view(torch.int32) >> _KEY_SHIFT  # [R, V], in [0, 2032]
-    key += (torch.arange(R, device=device, dtype=torch.int32) * _HIST_BINS)[:, None]
-    mass = torch.bincount(key.view(-1), weights=kept.view(-1), minlength=R * _HIST_BINS).view(R, _HIST_BINS)
-    del key
-    from_top = mass.flip(-1).to(torch.float64).cumsum(-1)  # [R, bins], mass at or above each bin
-    goal = (top_p + _HIST_MARGIN) * total  # [R]
-    crossing = (from_top < goal[:, None]).sum(-1)  # bins above the threshold bin
-    first_bin = (_HIST_BINS - 1 - crossing).clamp_(min=0)
-    threshold = (first_bin.to(torch.int32) << _KEY_SHIFT).view(torch.float32)  # [R]
-    candidate = kept >= threshold[:, None]  # [R, V]
-    size = candidate.sum(-1)  # [R]
-    usable = (first_bin > 0) & (2 * size <= V) & (size > 0)
-    certified = torch.zeros(R, dtype=torch.bool, device=device)
-    out = torch.zeros(R, V, dtype=torch.bool, device=device)
-    if bool(usable.any()):
-        candidate &= usable[:, None]
-        size = size * usable
-        k = int(size.max())
-        r_idx, c_idx = candidate.nonzero(as_tuple=True)  # row-major: ids ascending per row
-        pos = torch.arange(r_idx.numel(), device=device) - (size.cumsum(0) - size)[r_idx]
-        # Sorted as float32 (the same order, ties included), then normalised in float64.
-        values32 = torch.full((R, k), -1.0, dtype=torch.float32, device=device)
-        ids = torch.full((R, k), V, dtype=torch.int64, device=device)
-        values32[r_idx, pos] = kept[r_idx, c_idx]
-        ids[r_idx, pos] = c_idx
-        values32, order = torch.sort(values32, dim=-1, descending=True, stable=True)
-        ids = ids.gather(1, order)
-        values = values32.to(torch.float64) / total[:, None]  # padding: negative, after the candidates
-        cumulative = torch.cumsum(values, dim=-1)
-        in_nucleus = (cumulative - values) < top_p[:, None]
-        in_nucleus[:, 0] = True
-        last = cumulative.gather(1, (size - 1).clamp_(min=0)[:, None])[:, 0]
-        certified = usable & (last >= top_p + _CERTIFY_MARGIN)
-        marks = torch.zeros(R, V + 1, dtype=torch.bool, device=device)
-        marks.scatter_(1, ids, in_nucleus & certified[:, None])
-        out = marks[:, :V]
-    if not bool(certified.all()):
-        rest = (~certified).nonzero().squeeze(1)
-        normalised = kept[rest].to(torch.float64) / total[rest][:, None]
-        out[rest] = _nucleus_reference(normalised, top_p[rest])
-    return out
+def chunk_rows_for(vocab_size: int, signature: int = 0) -> int:
+    """Rows per chunk of the grouped path for rows of ``vocab_size`` entries and the given
+    signature (:func:`~specexact.decoders.law_chunk.signatures`); at least 1."""
+    elements = TOP_P_CHUNK_ELEMENTS if signature & TOP_P else GROUP_CHUNK_ELEMENTS
+    return max(1, elements // max(1, vocab_size))
 
 
 def _process_grouped(logits: torch.Tensor, params: BatchedParams,
@@ -404,7 +344,7 @@ def _process_grouped(logits: torch.Tensor, params: BatchedParams,
     where this path does not apply (then :func:`process_logits` takes its batched path,
     which also raises every error)."""
     B, V = logits.shape
-    if (logits.device.type != "cpu" or logits.dtype != torch.float32 or not 256 <= V <= _SERIAL_ROW
+    if (logits.device.type != "cpu" or logits.dtype != torch.float32 or not 256 <= V <= SERIAL_ROW
             or B * V <= SMALL_ELEMENTS or params.batch_size != B or (history is not None and history.shape[0] != B)):
         return None
     lo, hi = torch.aminmax(logits)  # NaN propagates; -inf / +inf are left to the batched path
@@ -413,49 +353,27 @@ def _process_grouped(logits: torch.Tensor, params: BatchedParams,
     x, narrow_to = _widen_if_overflow(logits, params, max(abs(float(lo)), abs(float(hi))))
     if narrow_to is not None:
         return None
+    penalised = None
     if history is not None and history.numel() > 0 and params.any_penalty:
-        sparse = V >= 8 * history.shape[1]
-        x = (_apply_penalties_sparse if sparse else _apply_penalties)(x, params, history)
+        _check_history_ids(history, V)
+        penalised = has_penalty(params)
     greedy = params.temperature == 0  # [B]
     temperature = torch.where(greedy, torch.ones_like(params.temperature), params.temperature).to(x.dtype)
-    divide = bool((temperature != 1).any())  # the reference divides every row then (x / 1 == x)
-    use_m = (params.min_p > 0) & ~greedy
-    use_k = (params.top_k > 0) & (params.top_k < V) & ~greedy
-    use_p = (params.top_p < 1) & ~greedy
-    signature = greedy.to(torch.int64) * 8 + use_m * 4 + use_k * 2 + use_p
+    signature = signatures(params, V)
     min_p = params.min_p.to(torch.float32)
+    top_p = params.top_p.to(torch.float64)
     out = torch.empty(B, V, dtype=x.dtype, device=x.device)
-    step = max(1, GROUP_CHUNK_ELEMENTS // V)
     for sig in torch.unique(signature).tolist():
         rows = (signature == sig).nonzero().squeeze(1)
+        step = chunk_rows_for(V, sig)
         for s in range(0, rows.numel(), step):
             idx = rows[s:s + step]
-            X = x.index_select(0, idx)  # [R, V], the chunk's logits
-            if sig & 8:  # greedy: a point mass on the argmax (lowest id among ties)
-                one_hot = torch.zeros_like(X).scatter_(1, X.argmax(-1, keepdim=True), 1.0)
-                out.index_copy_(0, idx, one_hot)
-                continue
-            if divide:
-                X.div_(temperature[idx][:, None])
-            P = torch.ops.aten._softmax(X, -1, False)  # [R, V]
-            keep = None
-            if sig & 4:
-                keep = P >= min_p[idx][:, None] * P.amax(-1, keepdim=True)
-            if sig & 2:
-                k_rows = params.top_k[idx]
-                kth = torch.topk(X, int(k_rows.max()), dim=-1).values.gather(1, (k_rows - 1)[:, None])
-                in_top = X >= kth  # ties at the k-th value are all kept
-                keep = in_top if keep is None else keep.logical_and_(in_top)
-            del X
-            if sig & 1:
-                kept = P if keep is None else P * keep
-                total = kept.sum(-1, dtype=torch.float64)  # [R], as the reference's float64 sum
-                nucleus = _nucleus_of_chunk(kept, total, params.top_p[idx].to(torch.float64))
-                keep = nucleus if keep is None else keep.logical_and_(nucleus)
-            if keep is not None:
-                P.mul_(keep)  # p * 1 == p, p * 0 == +0.0: the reference's where(keep, p, 0)
-            P.div_(P.sum(-1, keepdim=True))
-            out.index_copy_(0, idx, P)
+            X = x.index_select(0, idx)  # [R, V], the chunk's logits (a copy)
+            if penalised is not None and bool(penalised[idx].any()):
+                penalise_(X, params.repetition_penalty[idx], params.frequency_penalty[idx],
+                          params.presence_penalty[idx], history.index_select(0, idx))
+            out.index_copy_(0, idx, process_chunk(X, sig, temperature[idx], min_p[idx], params.top_k[idx],
+                                                  top_p[idx]))
     return out
 
 

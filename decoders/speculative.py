@@ -10,6 +10,8 @@ import torch
 from .adapters.protocol import LogitsVerifyInputs, is_logits_level, processing_of
 from .naive import GenerationOutput, check_prompt
 from .params import SamplingParams, batch_params
+from . import workspace
+from .law_engine import fused_laws, fused_model
 from .law_table import model_laws
 from .pipeline import process_logits
 from .rejection_sampling import PLACEHOLDER_ID, verify
@@ -276,6 +278,8 @@ def _speculative(target, draft, prompt_ids, target_params, draft_params, *, num_
         t_list = ((target_params,) * B if isinstance(target_params, SamplingParams)
                   else tuple(target_params))
     d_bp = batch_params(target_params if draft_params is None else draft_params, B, device)
+    # The fused path: laws straight from the models' states into the verifier's inputs.
+    fused = share and not logits_level and fused_model(target) and fused_model(draft)
 
     L = T0 + max_new_tokens + gamma + 1
     seq = torch.full((B, L), PLACEHOLDER_ID, dtype=torch.int64, device=device)
@@ -297,16 +301,25 @@ def _speculative(target, draft, prompt_ids, target_params, draft_params, *, num_
         # Draft γ tokens autoregressively from the draft's processed law q_i.
         draft_ids = torch.empty(A, gamma, dtype=torch.int64, device=device)
         d_act = d_bp.select(act)
+        if fused:  # the laws written straight into the verifier's input (law_engine)
+            draft_probs_t = workspace.take("draft_probs", (A, gamma, V), device=device)
         draft_laws = []
         for i in range(gamma):
             hist = _prefix_histories(work, T0, a_len + i, 1)[:, 0]  # [A, H]
-            laws = model_laws(draft, work[:, : width - gamma + i], (a_len - 1 + i)[:, None], d_act, hist,
-                              process=process_logits, share=share)  # q_i of the A rows
-            d_i = laws.sample(generator)  # [A]
+            ids_i, pos_i = work[:, : width - gamma + i], (a_len - 1 + i)[:, None]
+            d_i = (fused_laws(draft, ids_i, pos_i, d_act, hist, dest=draft_probs_t[:, i], sample=True,
+                              generator=generator) if fused else None)
+            if d_i is None:
+                laws = model_laws(draft, ids_i, pos_i, d_act, hist, process=process_logits, share=share)  # q_i
+                d_i = laws.sample(generator)  # [A]
+                if fused:
+                    draft_probs_t[:, i] = laws.rows()
+                else:
+                    draft_laws.append(laws)
             work[a_rows, a_len + i] = d_i
             draft_ids[:, i] = d_i
-            draft_laws.append(laws)
-        draft_probs_t = _stack_laws(draft_laws)  # [A, γ, V]
+        if not fused:
+            draft_probs_t = _stack_laws(draft_laws)  # [A, γ, V]
         del draft_laws
         draft_calls += gamma
 
@@ -314,15 +327,24 @@ def _speculative(target, draft, prompt_ids, target_params, draft_params, *, num_
         positions = (a_len - 1)[:, None] + steps[None]  # [A, γ+1]
         hist = _prefix_histories(work, T0, a_len, gamma + 1).reshape(A * (gamma + 1), -1)  # [A(γ+1), H]
         need_probs = not logits_level or observer is not None
-        extra = (prompt_ids[act].repeat_interleave(gamma + 1, 0),) if logits_level and need_probs else ()
-        laws = model_laws(target, work, positions, t_bp.select(act).repeat_interleave(gamma + 1), hist,
-                          process=(processing_of(verifier) if logits_level else process_logits) if need_probs
-                          else None, extra=extra, keep_logits=logits_level, share=share)
+        t_act = t_bp.select(act).repeat_interleave(gamma + 1)
+        done_fused = False
+        if fused:
+            target_probs = workspace.take("target_probs", (A, gamma + 1, V), device=device)
+            done_fused = fused_laws(target, work, positions, t_act, hist, dest=target_probs.view(A * (gamma + 1), V))
+        if not done_fused:
+            extra = (prompt_ids[act].repeat_interleave(gamma + 1, 0),) if logits_level and need_probs else ()
+            laws = model_laws(target, work, positions, t_act, hist,
+                              process=(processing_of(verifier) if logits_level else process_logits) if need_probs
+                              else None, extra=extra, keep_logits=logits_level, share=share)
+            if fused:
+                target_probs.view(A * (gamma + 1), V).copy_(laws.rows())
+            else:
+                target_probs = laws.rows().reshape(A, gamma + 1, V) if need_probs else None
+            if logits_level:
+                t_logits = laws.logits_rows().reshape(A, gamma + 1, V)  # [A, γ+1, V], raw
+            del laws
         target_calls += 1
-        target_probs = laws.rows().reshape(A, gamma + 1, V) if need_probs else None
-        if logits_level:
-            t_logits = laws.logits_rows().reshape(A, gamma + 1, V)  # [A, γ+1, V], raw
-        del laws
         if logits_level:  # the sampler processes the raw logits per prefix itself
             act_list = act.tolist()
             out = verifier.verify_logits(LogitsVerifyInputs(
@@ -359,6 +381,7 @@ def _speculative(target, draft, prompt_ids, target_params, draft_params, *, num_
         if eos_token_id is not None:
             finished |= ((out == eos_token_id) & keep).any(1)
         done[act] = finished
+        del draft_probs_t, target_probs, out
 
     tokens = seq[:, T0 : T0 + max_new_tokens]
     return GenerationOutput(

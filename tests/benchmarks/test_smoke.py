@@ -95,3 +95,15 @@ def test_fastpath_section_times_both_paths_and_finds_the_same_tokens(tmp_path):
     assert row["identical_tokens"] is True
     assert row["before"]["samples_per_s"] > 0 and row["after"]["samples_per_s"] > 0
     assert [c["class"] for c in row["classes"]] == [0, 1]
+
+
+def test_profile_decoder_times_the_fused_path_stage_by_stage():
+    from benchmarks.profile_decoder import STAGES, profile
+
+    after = profile(512, 16, fast=True, cpu=True)
+    before = profile(512, 16, fast=False, cpu=True)
+    assert after["fused_calls"] > 0 and before["fused_calls"] == 0  # the wrapped models keep the fused path
+    for side in (after, before):
+        assert set(side["stages_s"]) == set(STAGES)
+        assert abs(sum(side["stages_s"].values()) - side["total_s"]) < 1e-9
+    assert after["stages_s"]["logits pipeline"] > 0 and after["stages_s"]["models' forward"] > 0

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specexact.decoders import SamplingParams, batch_params, process_logits
-from specexact.decoders import pipeline
+from specexact.decoders import nucleus, pipeline
 from specexact.decoders.pipeline import _process_grouped, process_logits_reference
 from specexact.strategies import pipeline_cases
 
@@ -146,13 +146,14 @@ def test_grouped_top_p_boundary_is_exclusive_on_exact_masses(edge, m):
     assert ((out > 0).sum(-1) == m).all()
 
 
+@pytest.mark.parametrize("margin", [1e-3, 0.05, 1.0])
 @pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99])
-def test_rows_whose_candidates_miss_top_p_fall_back_to_the_full_sort(top_p):
-    """A histogram threshold that undershoots (forced here) leaves a row uncertified: it must
-    take the reference sort, not trust its candidates."""
+def test_rows_not_certified_fall_back_to_the_full_sort(top_p, margin):
+    """A certification margin widened (forced here) leaves some or all rows uncertified:
+    they must take the reference sort, beside the certified rows of their chunk."""
     g = torch.Generator().manual_seed(int(top_p * 100))
     logits = torch.randn(6, 5000, generator=g) * 2
     params = batch_params(SamplingParams(top_p=top_p), 6)
-    with chunks_of(3, 5000), mock.patch.object(pipeline, "_HIST_MARGIN", -0.45):
+    with chunks_of(3, 5000), mock.patch.object(nucleus, "certify_margin", lambda V: margin):
         out = _process_grouped(logits, params, None)
     assert_bits(out, process_logits_reference(logits, params))
