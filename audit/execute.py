@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from specexact.decoders import workspace
 from specexact.reports.json_report import to_jsonable
 
 from .case_result import CaseResult
@@ -304,6 +305,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             sampling = last["t"]
         total_case = time.perf_counter() - case_start
         run.cases_run += 1
+        workspace.release()  # the decoders' kept verifier-input buffers: sized for this case only
         cost = run.cost_of.get(case.name)
         if sampling is not None and res.num_batches and cost:
             run.ratios.append((sampling / res.num_batches) / cost)
