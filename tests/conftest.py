@@ -77,7 +77,7 @@ def _freeze_hypothesis_local_constants() -> None:
 _freeze_hypothesis_local_constants()
 
 # Per profile: how many equal shares the suite's false-fail rate is split into.
-LEDGER_CAPACITY = {"ci": 2_000, "dev": 2_000, "nightly": 200_000}
+LEDGER_CAPACITY = {"ci": 2_500, "dev": 2_500, "nightly": 200_000}
 
 
 def _capacity() -> int:
