@@ -269,7 +269,11 @@ def trend_plot(history: Sequence[dict], current: dict, per_check_rate: float) ->
         if rr.size:
             ax1.scatter(cc, rr, marker="x", color="black", s=22, lw=1.3)
         cmap2 = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
-        finite = T[np.isfinite(T)]
+        # A detectable TV of 0 (an exact check: a crash or defect detects any discrepancy)
+        # has no place on a log scale: it is drawn at the smallest positive one.
+        finite = T[np.isfinite(T) & (T > 0)]
+        if finite.size:
+            T = np.where(np.isfinite(T) & (T <= 0), finite.min(), T)
         norm = (LogNorm(vmin=float(finite.min()), vmax=max(float(finite.max()), float(finite.min()) * 1.01))
                 if finite.size else Normalize(0, 1))
         im2 = ax2.imshow(np.ma.masked_invalid(T), aspect="auto", cmap=cmap2, norm=norm, interpolation="nearest")

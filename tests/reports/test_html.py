@@ -114,3 +114,18 @@ def test_renders_without_optional_sections(passing_report, drop):
     report[drop] = []
     assert "specexact audit" in render_html(report)
     assert "# specexact audit" in render_markdown(report)
+
+
+def test_trend_plot_takes_exact_checks_with_detectable_tv_zero():
+    """A defect check (a crash) reports detectable TV 0: the log colour scale must not fail
+    on it (it stopped vllm-logits' HTML report with "Invalid vmin or vmax")."""
+    from specexact.reports.plots import trend_plot
+
+    def run(day, tvs):
+        return {"started_at": f"2026-01-0{day}T00:00:00", "verdict": "fail",
+                "checks": {f"c{i} / x": {"pvalue": 0.5, "detectable_tv": tv, "passed": tv != 0.0, "n": 10}
+                           for i, tv in enumerate(tvs)}}
+
+    png = trend_plot([run(1, [0.0, 0.05])], run(2, [0.0, 0.04]), 1e-8)
+    assert png is not None and png[:4] == b"\x89PNG"
+    assert trend_plot([run(1, [0.0])], run(2, [0.0]), 1e-8)[:4] == b"\x89PNG"  # no positive TV at all
