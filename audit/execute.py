@@ -107,16 +107,17 @@ class AuditRun:
         overhead = self.overhead()
         all_rc = [cost_of[c.name] * self.speed() for c in remaining]
         # The cheapest case runs anyway only if no case of this audit has run yet.
-        keep = cases_within_budget(all_rc, budget - self.elapsed(), overhead,
+        time_left = budget - self.elapsed()
+        keep = cases_within_budget(all_rc, time_left, overhead,
                                    keep_one=not self.finished and not self.cases_run)
         skipped = [{"case": c.name, "seconds_per_call": cost,
                     "reason": (f"budget: its minimum of {MIN_BATCHES} decoder calls (≈{MIN_BATCHES * cost:.0f} s at the "
-                               f"measured speed) did not fit the {max(budget - self.elapsed(), 0):.0f} s left with the "
+                               f"measured speed) did not fit the {max(time_left, 0):.0f} s left with the "
                                "cheaper cases first")}
                    for c, cost, k in zip(remaining, all_rc, keep) if not k]
         remaining = [c for c, k in zip(remaining, keep) if k]
         rc = [cost for cost, k in zip(all_rc, keep) if k]
-        left = budget - self.elapsed() - overhead * len(remaining)
+        left = time_left - overhead * len(remaining)
         batches, tv, feasible = plan_batches(remaining, rc, left, alpha)
         cps = [CasePlan(c.name, cost, rows_per_class(c), b, b * cost, b * rows_per_class(c),
                         approx_detectable_tv(c, b * rows_per_class(c), alpha))

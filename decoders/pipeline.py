@@ -218,22 +218,9 @@ def _apply_penalties_sparse(
     token's logit ``x`` is left as is, where the reference computes ``x - f*0 - r*0``: the
     same value (at most the sign of a zero logit differs, which no later step can see).
     """
-    B, V = logits.shape
-    _check_history_ids(history, V)
-    dtype = logits.dtype
-    valid = history >= 0
-    rows = torch.arange(B, device=history.device)[:, None].expand_as(history)[valid]
-    pairs, counts = torch.unique(rows * V + history[valid], return_counts=True)  # [P]
-    r, t = pairs // V, pairs % V
-    x = logits[r, t]
-    c = counts.to(torch.float32).to(dtype)
-    rep = params.repetition_penalty.to(dtype)[r]
-    x = torch.where(x > 0, x / rep, x * rep)
-    x = x - params.frequency_penalty.to(dtype)[r] * c
-    x = x - params.presence_penalty.to(dtype)[r] * torch.ones_like(x)
-    out = logits.clone()
-    out[r, t] = x
-    return out
+    _check_history_ids(history, logits.shape[1])
+    return penalise_(logits.clone(), params.repetition_penalty, params.frequency_penalty, params.presence_penalty,
+                     history)
 
 
 _KEY_SHIFT = 19  # bucket key: float32 bits >> 19 (8 exponent bits and 4 mantissa bits)
