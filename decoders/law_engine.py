@@ -98,9 +98,12 @@ def _projection(model):
     the reference projects every row of a call at once).
 
     The check projects 512 seeded states at once with the caller's threads (as the
-    reference projects a call's rows) and in runs of 2 to 300 rows at several offsets (the
-    chunk sizes of the fused path and remainders of a BLAS's row tiles) with the threads
-    the fused path's chunks run on (:data:`ONE_THREAD`), and compares bit patterns.
+    reference projects a call's rows) and in runs of 1 to 300 rows at several offsets (the
+    chunk sizes of the fused path and remainders of a BLAS's row tiles), each run padded
+    as the fused path pads a chunk (:func:`_project_chunk`), with the threads the fused
+    path's chunks run on (:data:`ONE_THREAD`), and compares bit patterns. (Unpadded runs of
+    2 or 3 rows failed this check with MKL on an AVX-512 CPU, so the fused path never applied
+    there.)
     """
     threads = torch.get_num_threads()
     cache = getattr(model, "_fused_projection", None)
@@ -110,10 +113,11 @@ def _projection(model):
     d = model.prefix_states(torch.zeros(1, 1, dtype=torch.int64)).shape[-1]
     states = torch.tanh(torch.randn(512, d, generator=g, dtype=torch.float64)).to(model.dtype)
     every = model.project(states).view(torch.int32)
-    runs = [(0, 2), (5, 3), (9, 8), (30, 13), (0, 64), (100, 300)]
+    runs = [(0, 1), (5, 3), (9, 8), (30, 13), (0, 64), (100, 300)]
 
-    def same(fn) -> bool:
-        return all(torch.equal(fn(states[o:o + m]).view(torch.int32), every[o:o + m]) for o, m in runs)
+    def same(fn) -> bool:  # each run as the fused path projects it (padded to MIN_ROWS rows)
+        return all(torch.equal(_project_chunk(fn, states[o:o + m]).view(torch.int32), every[o:o + m])
+                   for o, m in runs)
 
     chosen = None
     with _one_thread():
@@ -125,6 +129,17 @@ def _projection(model):
     except AttributeError:  # a model that takes no attributes: check again next time
         pass
     return chosen
+
+
+def _project_chunk(project, states: torch.Tensor) -> torch.Tensor:
+    """``project(states)`` for a chunk of ``[R, d]`` states, padded with repeats of its
+    first row to :data:`~specexact.decoders.law_table.MIN_ROWS` rows when shorter (a BLAS
+    rounds a product of one to a few rows otherwise: MKL for one row with AVX2, for up to
+    three rows with AVX-512). Shape: ``[R, d] -> [R, V]``."""
+    R = states.shape[0]
+    if R < MIN_ROWS:
+        states = torch.cat([states, states[:1].expand(MIN_ROWS - R, -1)])
+    return project(states)[:R]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -237,10 +252,7 @@ def fused_laws(model, input_ids: torch.Tensor, positions: torch.Tensor, params: 
             step = chunk_rows_for(V, s_val)
             for g0 in range(start, stop, step):
                 g1 = min(stop, g0 + step)
-                S = states[g0:g1]
-                if g1 - g0 < MIN_ROWS:  # pad: MKL rounds a single row's product otherwise
-                    S = torch.cat([S, S[:1].expand(MIN_ROWS - (g1 - g0), -1)])
-                X = project(S)[: g1 - g0]  # [R, V]
+                X = _project_chunk(project, states[g0:g1])  # [R, V]
                 if any(pen_list[g0:g1]):
                     penalise_(X, p.repetition_penalty[g0:g1], p.frequency_penalty[g0:g1],
                               p.presence_penalty[g0:g1], hist[g0:g1])

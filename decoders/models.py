@@ -10,11 +10,40 @@ controlled amount, so the draft/target mismatch is a single number.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ToyLM", "ToyLMConfig"]
+__all__ = ["ToyLM", "ToyLMConfig", "PROJECT_MIN_ROWS"]
+
+PROJECT_MIN_ROWS = 8
+"""Fewest rows :meth:`ToyLM.project` multiplies at once (fewer are padded with repeats of
+the first)."""
+
+
+@contextmanager
+def _one_thread(device: torch.device):
+    """Run the enclosed CPU products on one torch thread (then restore the caller's count)."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _padded(states: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``states`` as ``[R', d]`` with ``R' >= PROJECT_MIN_ROWS`` (repeats of the first row
+    appended), and its own row count ``R``."""
+    flat = states.reshape(-1, states.shape[-1])
+    R = flat.shape[0]
+    if 0 < R < PROJECT_MIN_ROWS:
+        flat = torch.cat([flat, flat[:1].expand(PROJECT_MIN_ROWS - R, -1)])
+    return flat, R
 
 
 @dataclass(frozen=True)
@@ -234,28 +263,39 @@ class ToyLM:
     def project(self, states: torch.Tensor) -> torch.Tensor:
         """Logits of states: ``head + states @ proj.T``. Shape: ``[..., d] -> [..., V]``.
 
-        Row ``i`` of the result depends on row ``i`` of ``states`` only, but its last bits
-        may depend on how many rows are projected together (the BLAS picks its kernel by
-        shape: with MKL, one row (a matrix-vector product) and, in float64, two or three
-        rows round differently from four or more); see
-        :data:`specexact.decoders.law_table.MIN_ROWS`.
+        Row ``i`` of the result depends on row ``i`` of ``states`` only, bit for bit, on
+        every BLAS that computes each row of a one-thread product of at least
+        :data:`PROJECT_MIN_ROWS` rows the same way whatever the rows beside it (MKL does;
+        seen with its AVX2 and AVX-512 kernels): on CPU the product runs on one thread, in
+        at least that many rows (fewer are padded). A BLAS picks its kernel by shape, and
+        with several threads it splits the rows among them: with MKL a product of one to
+        three rows, and the last rows of an odd-sized product split over two threads
+        (e.g. rows 8-10 of 11), round otherwise. The decoders' fused path
+        (:mod:`specexact.decoders.law_engine`) projects distinct states a chunk at a time and
+        relies on this; it checks it once per model (:func:`~specexact.decoders.law_engine.fused_model`).
         """
-        logits = states @ self.proj.T  # [..., V]
-        return logits.add_(self.head)  # == head + states @ proj.T, without a second [..., V]
+        flat, R = _padded(states)
+        with _one_thread(flat.device):
+            logits = flat @ self.proj.T  # [R', V]
+        logits = logits[:R].add_(self.head)  # == head + states @ proj.T, without a second [R, V]
+        return logits.view(*states.shape[:-1], self.vocab_size)
 
     def project_rows(self, states: torch.Tensor) -> torch.Tensor:
-        """:meth:`project` of a ``[R, d]`` matrix of states, ``R >= 2``, with the projection
-        stored ``[d, V]`` (contiguous rows of the product: about 1.5x faster on CPU).
+        """:meth:`project` of a ``[R, d]`` matrix of states with the projection stored
+        ``[d, V]`` (contiguous rows of the product: about 1.5x faster on CPU).
 
         Shape: ``[R, d] -> [R, V]``. The same bits as :meth:`project` wherever the BLAS
-        computes each entry of a product of ``R >= 2`` rows the same way whatever the
-        layout of the right-hand side (MKL does); the decoders' fused path checks that once
-        per model (:func:`specexact.decoders.law_engine.fused_model`) and uses
-        :meth:`project` otherwise.
+        computes each entry of a product the same way whatever the layout of the
+        right-hand side (MKL does); the decoders' fused path checks that once per model
+        (:func:`specexact.decoders.law_engine.fused_model`) and uses :meth:`project`
+        otherwise.
         """
         if getattr(self, "_proj_t", None) is None:
             self._proj_t = self.proj.T.contiguous()  # [d, V]
-        return torch.mm(states, self._proj_t).add_(self.head)
+        flat, R = _padded(states)
+        with _one_thread(flat.device):
+            logits = torch.mm(flat, self._proj_t)
+        return logits[:R].add_(self.head)
 
     def logit_bound(self) -> float:
         """An upper bound on ``|logit|`` of every finite state's logits (float).

@@ -77,3 +77,23 @@ def test_bad_calls():
         m(torch.zeros(1, 2, dtype=torch.long), torch.tensor([[2]]))
     with pytest.raises(ValueError, match="mismatch"):
         m.draft(-1.0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rows_logits_do_not_depend_on_the_rows_projected_with_it(threads):
+    """With MKL on an AVX-512 CPU and two threads, the last rows of an 11-row product
+    (split 8 + 3 over the threads) and products of one to three rows rounded otherwise
+    than the same rows among 512; the decoders' fused path then never applied there."""
+    model = ToyLM(ToyLMConfig(vocab_size=8193, seed=11))
+    states = torch.tanh(torch.randn(512, model.config.hidden_size, generator=torch.Generator().manual_seed(0)))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        every = model.project(states).view(torch.int32)
+        for offset, rows in [(0, 1), (3, 2), (5, 3), (8, 5), (0, 11), (17, 13), (40, 100), (1, 511)]:
+            part = states[offset:offset + rows]
+            assert torch.equal(model.project(part).view(torch.int32), every[offset:offset + rows])
+            assert torch.equal(model.project_rows(part).view(torch.int32), every[offset:offset + rows])
+        assert torch.get_num_threads() == threads  # the caller's count is restored
+    finally:
+        torch.set_num_threads(saved)
