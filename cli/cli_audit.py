@@ -69,6 +69,8 @@ def _validate(args) -> None:
         raise CliError(f"--history must be >= 0, got {args.history}")
     if getattr(args, "fuzz_examples", None) is not None and args.fuzz_examples < 1:
         raise CliError(f"--fuzz-examples must be >= 1, got {args.fuzz_examples}")
+    if getattr(args, "no_fuzz", False) and getattr(args, "fuzz_examples", None) is not None:
+        raise CliError(f"--fuzz-examples {args.fuzz_examples} asks for fuzz examples, but --no-fuzz skips the fuzz phase")
     if not 0 < args.baseline_false_alarm_rate < 1:
         raise CliError(f"--baseline-false-alarm-rate must be in (0, 1), got {args.baseline_false_alarm_rate}")
 
@@ -86,6 +88,13 @@ def _baseline(path: str | None) -> dict | None:
         raise CliError(f"cannot read --baseline {path}: not JSON ({exc})") from exc
     if not isinstance(baseline, dict) or baseline.get("schema") != SCHEMA:
         raise CliError(f"--baseline {path} is not a {SCHEMA} report")
+    from specexact.reports.schema import SchemaError, validate_report
+
+    try:
+        validate_report(baseline, max_errors=1)
+    except SchemaError as exc:  # one line: the first mismatch
+        detail = str(exc).splitlines()[-1].strip()
+        raise CliError(f"--baseline {path} does not match the {SCHEMA} schema: {detail}") from exc
     return baseline
 
 

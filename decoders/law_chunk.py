@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .nucleus import nucleus_of_chunk
+from .nucleus import TOP_K_MAX, cut_to_nucleus_of_top_k_, nucleus_of_chunk
 from .params import BatchedParams
 
 __all__ = ["GREEDY", "MIN_P", "TOP_K", "TOP_P", "signatures", "penalise_", "process_chunk", "has_penalty"]
@@ -107,12 +107,22 @@ def process_chunk(logits: torch.Tensor, signature: int, temperature: torch.Tenso
     mask = None
     if signature & MIN_P:
         mask = torch.ge(P, min_p[:, None] * P.amax(-1, keepdim=True), out=torch.empty_like(P))
+    few = False  # top-p from the top-k tokens alone (nucleus.cut_to_nucleus_of_top_k_)
     if signature & TOP_K:
-        kth = torch.topk(X, int(top_k.max()), dim=-1).values.gather(1, (top_k - 1)[:, None])
+        k_max = int(top_k.max())
+        few = bool(signature & TOP_P) and k_max <= TOP_K_MAX
+        # (a TOP_K row has 0 < top_k < V: the (k+1)-th largest logit exists)
+        top = torch.topk(X, k_max + 1 if few else k_max, dim=-1)
+        kth = top.values.gather(1, (top_k - 1)[:, None])
+        if few:  # the (k+1)-th largest logit below the k-th: the mask keeps exactly the top k
+            tie_free = top.values.gather(1, top_k[:, None])[:, 0] < kth[:, 0]
         in_top = torch.ge(X, kth, out=X)  # ties at the k-th value are all kept; the logits are done
         mask = in_top if mask is None else mask.mul_(in_top)
     if mask is not None:
         P.mul_(mask)  # the kept probabilities
     if signature & TOP_P:
-        P.mul_(nucleus_of_chunk(P, top_p))
+        if few:
+            cut_to_nucleus_of_top_k_(P, top_p, top.indices, top_k, tie_free)
+        else:
+            P.mul_(nucleus_of_chunk(P, top_p))
     return P.div_(P.sum(-1, keepdim=True))

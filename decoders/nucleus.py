@@ -3,7 +3,9 @@
 - :func:`nucleus_reference`: the reference's rule, a full stable sort of every row;
 - :func:`nucleus_of_chunk`: the same set for every token of positive probability, from a
   histogram of each row and a sort of the one histogram bin where the ``top_p`` mass is
-  crossed (a few hundred tokens at V = 32000 instead of the whole nucleus).
+  crossed (a few hundred tokens at V = 32000 instead of the whole nucleus);
+- :func:`cut_to_nucleus_of_top_k_`: the same for rows already cut to their top-k tokens,
+  from those ``k`` tokens alone (no pass over the row).
 
 The reference (:func:`~specexact.decoders.pipeline.process_logits_reference`) normalises the
 kept float32 probabilities in float64 (``y = x / sum(x)``), sorts them (descending, ties by
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["nucleus_reference", "nucleus_of_chunk", "certify_margin", "sparse_nonzero", "BINS", "KEY_SHIFT"]
+__all__ = ["nucleus_reference", "nucleus_of_chunk", "cut_to_nucleus_of_top_k_", "TOP_K_MAX", "certify_margin", "sparse_nonzero", "BINS", "KEY_SHIFT"]
 
 KEY_SHIFT = 19
 """Histogram key of a float32 ``x >= 0``: its bit pattern ``>> 19`` (8 exponent bits and
@@ -147,3 +149,52 @@ def nucleus_of_chunk(kept: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
         sub /= kept.index_select(0, rest).sum(-1, keepdim=True, dtype=torch.float64)
         out.index_copy_(0, rest, nucleus_reference(sub, top_p.index_select(0, rest)).to(torch.float32))
     return out
+
+
+TOP_K_MAX = 1024
+"""Largest ``top_k`` :func:`cut_to_nucleus_of_top_k_` takes (its sorts are ``[R, k]``)."""
+
+
+def cut_to_nucleus_of_top_k_(kept: torch.Tensor, top_p: torch.Tensor, top_ids: torch.Tensor,
+                             top_k: torch.Tensor, tie_free: torch.Tensor) -> torch.Tensor:
+    """Zero, in place, the tokens of ``kept`` outside its rows' top-p sets, for rows whose
+    kept tokens are among their top-k tokens.
+
+    Shape: ``kept [R, V]`` float32 (as :func:`nucleus_of_chunk` takes it: zero outside the
+    top-k set of each row), ``top_p [R]`` float64 in ``(0, 1)``, ``top_ids [R, >= k]``
+    int64 (each row's ``k = top_k[r]`` largest logits' ids first, any order among them),
+    ``top_k [R]`` int64 in ``[1, TOP_K_MAX]``, ``tie_free [R]`` bool (no token outside
+    ``top_ids[r, :k]`` ties the k-th logit: then the top-k mask kept those ``k`` tokens
+    only) -> ``kept``.
+
+    Afterwards ``kept`` equals ``kept * nucleus_of_chunk(kept, top_p)`` on every token of
+    positive probability: the ``k`` candidates are put in the reference's order (value
+    descending, ties by lower id) and each one's mass before it is decided from float64
+    sums of its own, certified as :func:`nucleus_of_chunk` certifies the boundary bin
+    (further than :func:`certify_margin` from ``top_p``). Rows not tie-free, with no
+    positive mass, or with a token too close to ``top_p`` take :func:`nucleus_of_chunk`.
+    """
+    R, V = kept.shape
+    device = kept.device
+    m = int(top_k.max())
+    valid = torch.arange(m, device=device)[None, :] < top_k[:, None]  # [R, m]
+    ids = torch.sort(torch.where(valid, top_ids[:, :m], V), dim=-1).values  # id order, padding (V) last
+    real = ids < V
+    values32 = kept.gather(1, ids.clamp(max=V - 1)).masked_fill_(~real, -1.0)  # [R, m]
+    values32, order = torch.sort(values32, dim=-1, descending=True, stable=True)  # the reference's order
+    ids = ids.gather(1, order)
+    values = values32.to(torch.float64).clamp_(min=0)
+    total = values.sum(-1, keepdim=True)  # [R, 1]
+    tp = top_p[:, None]
+    before = values.cumsum(-1).sub_(values).div_(total).sub_(tp)  # [R, m]: mass before - top_p
+    positive = values32 > 0
+    certified = tie_free & (total[:, 0] > 0) & ~((before.abs() <= certify_margin(V)) & positive).any(-1)
+    cut = (before >= 0) & positive & certified[:, None]
+    cut[:, 0] = False  # the most probable token is always kept
+    r, j = cut.nonzero(as_tuple=True)
+    kept[r, ids[r, j]] = 0.0
+    if not bool(certified.all()):
+        rest = (~certified).nonzero().squeeze(1)
+        sub = kept.index_select(0, rest)
+        kept.index_copy_(0, rest, sub.mul_(nucleus_of_chunk(sub, top_p.index_select(0, rest))))
+    return kept

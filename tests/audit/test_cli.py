@@ -158,6 +158,19 @@ def test_baseline_unreadable_exits_2(tmp_path):
     assert run_cli(["--quiet", "--baseline", str(tmp_path / "other.json")], tmp_path) == 2
 
 
+def test_a_malformed_baseline_is_refused_before_sampling(tmp_path, capsys):
+    """A report of the right schema name whose fields do not match the schema (here a
+    check without its p-value) is refused with one line naming the mismatch, exit 2."""
+    recorded = json.loads((Path(__file__).parents[2] / "reports/engines/lmdeploy/baseline-lmdeploy.json").read_text())
+    del recorded["checks"][0]["pvalue"]
+    (tmp_path / "bad.json").write_text(json.dumps(recorded))
+    capsys.readouterr()
+    assert run_cli(["--quiet", "--baseline", str(tmp_path / "bad.json")], tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert "does not match the specexact.audit/1 schema" in err and "pvalue" in err, err
+    assert not list(tmp_path.glob("audit-*.json"))  # nothing sampled, nothing reported
+
+
 def test_a_device_without_generators_is_exit_2(tmp_path, capsys):
     assert run_cli([*QUICK, "--device", "meta"], tmp_path) == 2
     captured = capsys.readouterr()

@@ -292,6 +292,7 @@ def test_a_failure_of_the_audits_own_observer_is_not_the_samplers_crash(monkeypa
 @pytest.mark.parametrize("args, needle", [
     (["audit", "--quick", "--fuzz-examples", "x"], "argument --fuzz-examples: invalid int value"),
     (["audit", "--quick", "--fuzz-examples", "0"], "--fuzz-examples must be >= 1, got 0"),
+    (["audit", "--quick", "--no-fuzz", "--fuzz-examples", "5"], "--no-fuzz skips the fuzz phase"),
     (["audit", "--bogus"], "unrecognized arguments: --bogus"),
     (["fuzz", "--sampler", "no_such_sampler_name"], "unknown sampler 'no_such_sampler_name'"),
     (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),

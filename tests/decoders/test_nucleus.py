@@ -82,3 +82,69 @@ def test_sparse_nonzero_is_nonzero_row_major(R, W8, density, seed):
     r, c = sparse_nonzero(flags, width)
     rr, cc = flags[:, :width].bool().nonzero(as_tuple=True)
     assert torch.equal(r, rr) and torch.equal(c, cc)
+
+
+def _top_k_case(V, R, seed, scale, ties, k, min_p_cut):
+    """Logits, the chunk's kept probabilities after a top-k mask (ties at the k-th value all
+    kept), and what process_chunk hands cut_to_nucleus_of_top_k_."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(R, V, generator=g) * scale
+    if ties:
+        x = (x * 2).round() / 2
+    top_k = torch.tensor([k] * R, dtype=torch.int64)
+    top = torch.topk(x, k + 1, dim=-1)
+    kth = top.values[:, k - 1:k]
+    p = torch.softmax(x, -1) * (x >= kth)
+    if min_p_cut:
+        p = p * (p >= min_p_cut * p.amax(-1, keepdim=True))
+    tie_free = top.values[:, k] < kth[:, 0]
+    return p.contiguous(), top.indices, top_k, tie_free
+
+
+@settings(deadline=None)
+@given(V=st.sampled_from([256, 300, 8193, 32001]), R=st.integers(1, 6), seed=st.integers(0, 2**31 - 1),
+       scale=st.sampled_from([0.1, 1.0, 3.0, 8.0]), ties=st.booleans(), k=st.sampled_from([1, 2, 5, 20, 40, 255]),
+       min_p_cut=st.sampled_from([0.0, 0.05, 0.5]), data=st.data())
+def test_top_k_rows_cut_to_the_reference_set(V, R, seed, scale, ties, k, min_p_cut, data):
+    kept, top_ids, top_k, tie_free = _top_k_case(V, R, seed, scale, ties, k, min_p_cut)
+    top_p = torch.tensor([data.draw(TOP_P) for _ in range(R)], dtype=torch.float64)
+    normalised = kept.double() / kept.sum(-1, keepdim=True, dtype=torch.float64)
+    expected = kept * nucleus_reference(normalised, top_p)
+    got = nucleus.cut_to_nucleus_of_top_k_(kept.clone(), top_p, top_ids, top_k, tie_free)
+    positive = kept > 0
+    assert torch.equal(got[positive].view(torch.int32), expected[positive].view(torch.int32))
+    assert bool((got[~positive] == 0).all())
+
+
+def test_top_k_rows_with_ties_past_the_k_th_take_the_histogram(monkeypatch):
+    """Four tokens tie at the k-th logit (k = 2): the mask keeps all four, the top-k ids hold
+    two, so the row is not tie-free and takes nucleus_of_chunk."""
+    V = 512
+    x = torch.full((1, V), -10.0)
+    x[0, [7, 9, 11, 13]] = 1.0
+    x[0, 3] = 2.0
+    kept = torch.softmax(x, -1) * (x >= 1.0)
+    calls = []
+    inner = nucleus.nucleus_of_chunk
+    monkeypatch.setattr(nucleus, "nucleus_of_chunk", lambda *a: calls.append(1) or inner(*a))
+    top = torch.topk(x, 3, dim=-1)
+    tie_free = top.values[:, 2] < top.values[:, 1]
+    assert not bool(tie_free.all())
+    top_p = torch.tensor([0.7], dtype=torch.float64)
+    got = nucleus.cut_to_nucleus_of_top_k_(kept.clone(), top_p, top.indices, torch.tensor([2]), tie_free)
+    normalised = kept.double() / kept.sum(-1, keepdim=True, dtype=torch.float64)
+    assert calls and torch.equal(got, kept * nucleus_reference(normalised, top_p))
+
+
+def test_top_k_rows_break_ties_by_lower_id_whatever_order_topk_gives():
+    """16 tokens of mass 1/16 each (k = 16), listed highest id first: top_p = 0.3 keeps the
+    5 lowest ids (mass before them 0 .. 4/16), as the reference's stable sort does."""
+    V = 512
+    ids = torch.tensor([400, 390, 300, 250, 200, 170, 150, 120, 100, 90, 60, 40, 30, 20, 10, 5])
+    kept = torch.zeros(2, V)
+    kept[:, ids] = 1 / 16
+    top_ids = torch.cat([ids, torch.tensor([0])]).expand(2, -1)  # the (k+1)-th: a zero-mass token
+    got = nucleus.cut_to_nucleus_of_top_k_(kept.clone(), torch.tensor([0.3, 0.3], dtype=torch.float64), top_ids,
+                                           torch.tensor([16, 16]), torch.tensor([True, True]))
+    assert sorted((got[0] > 0).nonzero().squeeze(1).tolist()) == [5, 10, 20, 30, 40]
+    assert torch.equal(got[0], got[1])
