@@ -144,6 +144,7 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
 
     def new_header() -> dict:
         created["new"] = True
+        started_at = now()  # before the pilot, which is part of the audit's wall time
         costs, pilot_s = None, 0.0
         if settings.threads is not None:
             torch.set_num_threads(settings.threads)
@@ -158,7 +159,7 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
             else:
                 costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed)
             pilot_s = time.perf_counter() - tp
-        return {"started_at": now(), "costs": costs, "pilot_s": pilot_s, "threads": choice.to_dict(),
+        return {"started_at": started_at, "costs": costs, "pilot_s": pilot_s, "threads": choice.to_dict(),
                 "cases": [c.name for c in resolved.run_cases], "sampler": settings.sampler_name}
 
     journal, finished = None, {}

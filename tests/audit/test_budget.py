@@ -226,3 +226,23 @@ def test_cases_within_budget_always_keeps_the_cheapest_case():
 
 def test_cases_within_budget_without_keep_one_may_leave_every_case_out():
     assert cases_within_budget([3.0, 2.0], available_s=0.5, keep_one=False) == [False, False]
+
+
+@pytest.mark.statistical(checks=8)
+def test_the_report_starts_before_the_pilot(one_thread, alpha, monkeypatch):
+    """``started_at`` is read before the pilot (the pilot is part of ``wall_time_s``)."""
+    import specexact.audit.execute as execute
+
+    log = []
+    stamps = iter(f"2026-01-01T00:00:{s:02d}+00:00" for s in range(60))
+
+    def fake_now():
+        log.append(("now", next(stamps)))
+        return log[-1][1]
+
+    monkeypatch.setattr(execute, "now", fake_now)
+    cases = [c for c in quick_cases() if c.name == "v8-plain"]
+    report = run_audit(verify, cases=cases, budget_s=2.0, false_fail_rate=alpha * 8,
+                       on_status=lambda e: log.append((e["event"], None)))
+    pilot = log.index(("pilot", None))
+    assert ("now", report["started_at"]) in log[:pilot], log
