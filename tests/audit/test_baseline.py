@@ -94,6 +94,23 @@ def test_small_drop_within_chance_and_a_rise_are_not_regressions():
     assert "largest detectable drop" in diff.summary()
 
 
+def test_a_baseline_that_happened_to_accept_every_draft_is_no_reference_for_a_drop():
+    """The eagle nightly audit (v8-near-draft, class 1): the baseline's 2,048 rounds accepted
+    all 3 drafts (expected length 2.99817: a rejection is rare), the current 176,128 rounds
+    averaged 2.99813. With each sample's own variance the baseline's 0 made that a drop at
+    p = 6e-32; the pooled samples' variance puts it at p = 0.1. A real drop to 2.99 at the
+    same sizes is still one."""
+    base = report([acc_len("n", 1, [0, 0, 0, 2048])])
+    now = report([acc_len("n", 1, [40, 30, 150, 175908])])
+    diff = compare_to_baseline(now, base)
+    (c,) = diff.acceptance
+    assert c.baseline == 3.0 and c.current == pytest.approx(2.99813, abs=1e-4)
+    assert 0.01 < c.pvalue < 0.5 and not diff.regressed
+    assert c.detectable_drop < 0.02
+    worse = report([acc_len("n", 1, [4000, 3000, 2000, 167128])])  # mean 2.887
+    assert compare_to_baseline(worse, base).regressed
+
+
 def test_first_acceptance_rate_drop_uses_the_exact_test():
     now = copy.deepcopy(BASE)
     now["checks"][3] = chk("z", "first_acceptance[class 0]", n=5000, details={"successes": 3600})
