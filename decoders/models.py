@@ -276,9 +276,8 @@ class ToyLM:
         """
         flat, R = _padded(states)
         with _one_thread(flat.device):
-            logits = flat @ self.proj.T  # [R', V]
-        logits = logits[:R].add_(self.head)  # == head + states @ proj.T, without a second [R, V]
-        return logits.view(*states.shape[:-1], self.vocab_size)
+            logits = torch.addmm(self.head, flat, self.proj.T)  # [R', V]: head + states @ proj.T
+        return logits[:R].view(*states.shape[:-1], self.vocab_size)
 
     def project_rows(self, states: torch.Tensor) -> torch.Tensor:
         """:meth:`project` of a ``[R, d]`` matrix of states with the projection stored
@@ -294,8 +293,8 @@ class ToyLM:
             self._proj_t = self.proj.T.contiguous()  # [d, V]
         flat, R = _padded(states)
         with _one_thread(flat.device):
-            logits = torch.mm(flat, self._proj_t)
-        return logits[:R].add_(self.head)
+            logits = torch.addmm(self.head, flat, self._proj_t)
+        return logits[:R]
 
     def logit_bound(self) -> float:
         """An upper bound on ``|logit|`` of every finite state's logits (float).
