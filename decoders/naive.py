@@ -144,7 +144,10 @@ def _naive(target, prompt_ids, params, *, max_new_tokens, generator, eos_token_i
     bp = batch_params(params, B, device)
     seq = torch.cat([prompt_ids, torch.full((B, max_new_tokens), -1, dtype=torch.int64, device=device)], 1)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    fused = share and processing is None and fused_model(target)
+    # The built-in processing object is process_logits itself (LogitsProcessing.is_builtin):
+    # the audit passes it for the built-in sampler, and the fused path computes its laws.
+    builtin = processing is None or getattr(processing, "is_builtin", False)
+    fused = share and builtin and fused_model(target)
     for t in range(max_new_tokens):
         positions = torch.full((B, 1), T0 + t - 1, dtype=torch.int64, device=device)
         token = (fused_laws(target, seq[:, : T0 + t], positions, bp, seq[:, T0 : T0 + t], sample=True,

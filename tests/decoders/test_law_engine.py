@@ -271,6 +271,28 @@ def test_decoders_match_the_references_on_the_default_cases(name, monkeypatch):
         assert spec_spy.taken > 0 and naive_spy.taken > 0
 
 
+def test_the_naive_decoder_takes_the_fused_path_with_the_builtin_processing_as_the_audit_passes_it(monkeypatch):
+    """The audit hands the naive decoder ``processing=BUILTIN_PROCESSING`` for the built-in
+    sampler; it took the every-row path that way (a third of a v8193 audit call), not the
+    fused one. Same tokens and generator state as with no processing and as the reference."""
+    from specexact.decoders import naive
+    from specexact.decoders.processing import BUILTIN_PROCESSING
+
+    case, target, _draft, prompts, tp, _dp = _case("v8193", 64)
+    spy = Spy(monkeypatch, naive)
+    sides = []
+    for fn, processing in ((naive_generate, BUILTIN_PROCESSING), (naive_generate, None),
+                           (naive_generate_reference, None)):
+        g = torch.Generator().manual_seed(3)
+        o = fn(target, prompts, tp, max_new_tokens=case.length, generator=g, eos_token_id=case.eos_token_id,
+               **({"processing": processing} if processing is not None else {}))
+        sides.append((o.tokens, o.num_tokens, o.target_calls, g.get_state()))
+        if fn is naive_generate and processing is not None:
+            assert spy.taken == case.length  # every step fused
+    _same(sides[0], sides[1])
+    _same(sides[0], sides[2])
+
+
 def test_tile_edge_case_at_its_audit_batch_shape_matches_the_references():
     """The audit's v8193 case (penalties per candidate prefix, a top-k draft, EOS at the
     short last block) with more rows, three calls in a row (reused storage)."""
