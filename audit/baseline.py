@@ -192,39 +192,67 @@ def _checks(report: Mapping[str, Any]) -> dict[tuple[str, str], dict]:
     return {(c["case"], c["name"]): c for c in report.get("checks", [])}
 
 
+def _counts(values) -> tuple[int, ...]:
+    """Non-negative integer counts, or ValueError (a report the schema let through with other
+    values there: that class is not compared, rather than failing after the audit)."""
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError("no counts")
+    out = []
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or not 0 <= x <= 2**53 or x != int(x):
+            raise ValueError(f"not a count: {x!r}")
+        out.append(int(x))
+    return tuple(out)
+
+
 def acceptance_stats(report: Mapping[str, Any]) -> dict[tuple[str, str], AcceptanceStats]:
-    """``{(case, "class c"): AcceptanceStats}`` from a report (see the module docstring)."""
+    """``{(case, "class c"): AcceptanceStats}`` from a report (see the module docstring).
+
+    A class whose counts are not non-negative integers is left out (not compared)."""
     out: dict[tuple[str, str], AcceptanceStats] = {}
     for case in report.get("cases", []):
         for label, entry in (case.get("acceptance") or {}).items():
-            counts = tuple(int(x) for x in entry["counts"])
+            try:
+                counts = _counts(entry["counts"])
+            except (KeyError, TypeError, ValueError):
+                continue
             out[(case["name"], label)] = AcceptanceStats("counts", int(sum(counts)), counts=counts)
     for chk in report.get("checks", []):
-        m = _CLASS.match(chk["name"])
-        key = (chk["case"], m.group(2)) if m else None
-        if m is None or key in out:
+        try:
+            _check_acceptance(chk, out)
+        except (KeyError, TypeError, ValueError, OverflowError):
             continue
-        if m.group(1) == "first_acceptance":
-            succ = (chk.get("details") or {}).get("successes")
-            if succ is not None:
-                out[key] = AcceptanceStats("first", int(chk["n"]), successes=int(succ))
-            continue
-        observed_counts = (chk.get("details") or {}).get("observed_counts")
-        if isinstance(observed_counts, list) and observed_counts:
-            counts = tuple(int(x) for x in observed_counts)
-            out[key] = AcceptanceStats("counts", int(sum(counts)), counts=counts)
-            continue
-        bins = {}
-        for label, observed, _expected in chk.get("worst", []):
-            b = _SINGLE_BIN.match(str(label))
-            if b is None:
-                break
-            bins[int(b.group(1))] = int(observed)
-        else:
-            if bins and sum(bins.values()) == int(chk["n"]):
-                counts = tuple(bins.get(k, 0) for k in range(max(bins) + 1))
-                out[key] = AcceptanceStats("counts", int(chk["n"]), counts=counts)
     return out
+
+
+def _check_acceptance(chk: Mapping[str, Any], out: dict) -> None:
+    """Add the acceptance of one accepted-length / first-acceptance check to ``out``."""
+    m = _CLASS.match(chk["name"])
+    key = (chk["case"], m.group(2)) if m else None
+    if m is None or key in out:
+        return
+    if m.group(1) == "first_acceptance":
+        succ = (chk.get("details") or {}).get("successes")
+        if succ is not None:
+            (n, succ) = _counts([chk["n"], succ])
+            if succ <= n:
+                out[key] = AcceptanceStats("first", n, successes=succ)
+        return
+    observed_counts = (chk.get("details") or {}).get("observed_counts")
+    if isinstance(observed_counts, list) and observed_counts:
+        counts = _counts(observed_counts)
+        out[key] = AcceptanceStats("counts", int(sum(counts)), counts=counts)
+        return
+    bins = {}
+    for label, observed, _expected in chk.get("worst", []):
+        b = _SINGLE_BIN.match(str(label))
+        if b is None:
+            break
+        bins[int(b.group(1))] = _counts([observed])[0]
+    else:
+        if bins and sum(bins.values()) == int(chk["n"]):
+            counts = tuple(bins.get(k, 0) for k in range(max(bins) + 1))
+            out[key] = AcceptanceStats("counts", int(chk["n"]), counts=counts)
 
 
 def _pooled_variance(base: AcceptanceStats, cur: AcceptanceStats) -> float:

@@ -84,8 +84,8 @@ def _baseline(path: str | None) -> dict | None:
         baseline = json.loads(Path(path).read_text())
     except OSError as exc:
         raise CliError(os_error_line(exc, "cannot read --baseline")) from exc
-    except ValueError as exc:
-        raise CliError(f"cannot read --baseline {path}: not JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to be a report
+        raise CliError(f"cannot read --baseline {path}: not JSON ({type(exc).__name__}: {exc})") from exc
     if not isinstance(baseline, dict) or baseline.get("schema") != SCHEMA:
         raise CliError(f"--baseline {path} is not a {SCHEMA} report")
     from specexact.reports.schema import SchemaError, validate_report
@@ -351,13 +351,18 @@ def audit_command(args) -> int:
     print_table(report)
     journal_path = report.pop("journal", None)
     journal = held_journal(journal_path) if journal_path else None
-    diff = None
+    diff = baseline_error = None
     if baseline is not None:
         from specexact.audit.baseline import compare_to_baseline
 
-        diff = compare_to_baseline(report, baseline, false_alarm_rate=args.baseline_false_alarm_rate)
-        report["baseline"] = {"path": str(args.baseline), **diff.to_dict()}
-        console.print(escape(diff.summary()))
+        try:
+            diff = compare_to_baseline(report, baseline, false_alarm_rate=args.baseline_false_alarm_rate)
+        except Exception as exc:  # noqa: BLE001 - the report is written first, then exit 2
+            baseline_error = (f"the comparison with --baseline {args.baseline} failed ({type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())}); the reports are written without it")
+        else:
+            report["baseline"] = {"path": str(args.baseline), **diff.to_dict()}
+            console.print(escape(diff.summary()))
     from specexact.reports import report_stem
 
     with _sigterm_as_interrupt():
@@ -370,6 +375,9 @@ def audit_command(args) -> int:
             _error_line(f"interrupted while writing the reports{kept}")
             return EXIT_ERROR
     _summary(report, paths, console)
+    if baseline_error is not None:
+        _error_line(baseline_error)
+        return EXIT_ERROR
     if diff is not None:
         return fuzz_exit_status(report, EXIT_FAIL if diff.regressed else EXIT_PASS)
     return fuzz_exit_status(report, EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL)

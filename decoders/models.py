@@ -265,8 +265,10 @@ class ToyLM:
 
         Row ``i`` of the result depends on row ``i`` of ``states`` only, bit for bit, on
         every BLAS that computes each row of a one-thread product of at least
-        :data:`PROJECT_MIN_ROWS` rows the same way whatever the rows beside it (MKL does;
-        seen with its AVX2 and AVX-512 kernels): on CPU the product runs on one thread, in
+        :data:`PROJECT_MIN_ROWS` rows the same way whatever the rows beside it (MKL does in
+        float32, seen with its AVX2 and AVX-512 kernels; in float64 its one-thread product
+        still rounds the last ``R mod 4`` rows of ``R >= 9`` otherwise, and the fused path
+        takes float32 models only): on CPU the product runs on one thread, in
         at least that many rows (fewer are padded). A BLAS picks its kernel by shape, and
         with several threads it splits the rows among them: with MKL a product of one to
         three rows, and the last rows of an odd-sized product split over two threads

@@ -218,3 +218,15 @@ def test_another_acceptance_defect_under_a_recorded_rule_is_new():
     accepts = _acceptance_finding("draft_above", "draft 0 with p(d)=0.5, q(d)=1.0: accepted at u=0.9, must reject (...)")
     diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": {"findings": [accepts]}}, base)
     assert [f["check"] for f in diff.new_failures] == ["acceptance_probes / acceptance_rule[draft_above, accepts]"]
+
+
+@pytest.mark.parametrize("bad", [None, "x", [], {}, 1e308, -1, 2.5, True])
+def test_counts_the_schema_lets_through_leave_the_class_out_not_crash(bad):
+    """A baseline valid by the schema whose ``details.observed_counts`` holds something other
+    than counts crashed the comparison after the whole audit (a reviewer's mutation)."""
+    good = chk("a", "accepted_length[class 0]", n=10, details={"observed_counts": [2, 3, 5]})
+    broken = chk("a", "accepted_length[class 0]", n=10, details={"observed_counts": [bad, 3, 5]})
+    assert ("a", "class 0") in acceptance_stats(report([good]))
+    assert ("a", "class 0") not in acceptance_stats(report([broken]))
+    diff = compare_to_baseline(report([good]), report([broken]))
+    assert not diff.acceptance and not diff.regressed

@@ -175,3 +175,28 @@ def test_a_device_without_generators_is_exit_2(tmp_path, capsys):
     assert run_cli([*QUICK, "--device", "meta"], tmp_path) == 2
     captured = capsys.readouterr()
     assert "--device 'meta' is not usable" in (captured.out + captured.err).replace("\n", " ")
+
+
+def test_a_comparison_that_fails_keeps_the_reports_and_exits_2(tmp_path, capsys, monkeypatch):
+    """The audit's result is not lost when the baseline comparison itself fails."""
+    import specexact.audit.baseline as baseline_mod
+
+    def broken(*a, **k):
+        raise TypeError("planted\nin the comparison")
+
+    monkeypatch.setattr(baseline_mod, "compare_to_baseline", broken)
+    base = Path(__file__).parents[2] / "reports/engines/lmdeploy/baseline-lmdeploy.json"
+    capsys.readouterr()
+    assert run_cli([*QUICK, "--no-fuzz", "--baseline", str(base)], tmp_path) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specexact: error:")]
+    assert len(errors) == 1 and "comparison with --baseline" in errors[0], errors
+    assert "planted in the comparison" in errors[0]  # one line
+    (written,) = tmp_path.glob("audit-builtin-*.json")
+    assert "baseline" not in json.loads(written.read_text())
+
+
+def test_a_baseline_nested_too_deep_is_not_json(tmp_path, capsys):
+    (tmp_path / "deep.json").write_text("[" * 100000)
+    capsys.readouterr()
+    assert run_cli(["--quiet", "--baseline", str(tmp_path / "deep.json")], tmp_path) == 2
+    assert "not JSON" in capsys.readouterr().err
