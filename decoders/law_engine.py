@@ -33,12 +33,13 @@ decoders with their references on seeded and Hypothesis inputs.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 
 import torch
 
 from .law_chunk import TOP_P, has_penalty, penalise_, process_chunk, signatures
 from .law_table import MIN_ROWS, distinct_rows, params_key
+from .models import one_cpu_thread, padded_rows
 from .params import BatchedParams
 from .pipeline import SERIAL_ROW, _OVERFLOW_GUARD, chunk_rows_for
 from . import workspace
@@ -66,17 +67,9 @@ caller's threads. Row results do not depend on the thread count (each row of at 
 projection is checked at both counts, :func:`_projection`)."""
 
 
-@contextmanager
 def _one_thread():
-    threads = torch.get_num_threads()
-    if not ONE_THREAD or threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    """One torch thread for the fused path's chunks where :data:`ONE_THREAD` says so."""
+    return one_cpu_thread() if ONE_THREAD else nullcontext()
 
 
 def fused_model(model) -> bool:
@@ -136,10 +129,8 @@ def _project_chunk(project, states: torch.Tensor) -> torch.Tensor:
     first row to :data:`~specexact.decoders.law_table.MIN_ROWS` rows when shorter (a BLAS
     rounds a product of one to a few rows otherwise: MKL for one row with AVX2, for up to
     three rows with AVX-512). Shape: ``[R, d] -> [R, V]``."""
-    R = states.shape[0]
-    if R < MIN_ROWS:
-        states = torch.cat([states, states[:1].expand(MIN_ROWS - R, -1)])
-    return project(states)[:R]
+    flat, R = padded_rows(states, MIN_ROWS)
+    return project(flat)[:R]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

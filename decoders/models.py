@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ToyLM", "ToyLMConfig", "PROJECT_MIN_ROWS"]
+__all__ = ["ToyLM", "ToyLMConfig", "PROJECT_MIN_ROWS", "one_cpu_thread", "padded_rows"]
 
 PROJECT_MIN_ROWS = 8
 """Fewest rows :meth:`ToyLM.project` multiplies at once (fewer are padded with repeats of
@@ -23,10 +23,11 @@ the first)."""
 
 
 @contextmanager
-def _one_thread(device: torch.device):
-    """Run the enclosed CPU products on one torch thread (then restore the caller's count)."""
+def one_cpu_thread(device: torch.device | str = "cpu"):
+    """Run the enclosed CPU work on one torch thread (then restore the caller's count);
+    nothing changes for another device."""
     threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1:
+    if torch.device(device).type != "cpu" or threads == 1:
         yield
         return
     torch.set_num_threads(1)
@@ -36,13 +37,13 @@ def _one_thread(device: torch.device):
         torch.set_num_threads(threads)
 
 
-def _padded(states: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``states`` as ``[R', d]`` with ``R' >= PROJECT_MIN_ROWS`` (repeats of the first row
-    appended), and its own row count ``R``."""
+def padded_rows(states: torch.Tensor, min_rows: int = PROJECT_MIN_ROWS) -> tuple[torch.Tensor, int]:
+    """``states`` as ``[R', d]`` with ``R' >= min_rows`` (repeats of the first row appended
+    to a non-empty ``R < min_rows``), and its own row count ``R``."""
     flat = states.reshape(-1, states.shape[-1])
     R = flat.shape[0]
-    if 0 < R < PROJECT_MIN_ROWS:
-        flat = torch.cat([flat, flat[:1].expand(PROJECT_MIN_ROWS - R, -1)])
+    if 0 < R < min_rows:
+        flat = torch.cat([flat, flat[:1].expand(min_rows - R, -1)])
     return flat, R
 
 
@@ -276,8 +277,8 @@ class ToyLM:
         (:mod:`specexact.decoders.law_engine`) projects distinct states a chunk at a time and
         relies on this; it checks it once per model (:func:`~specexact.decoders.law_engine.fused_model`).
         """
-        flat, R = _padded(states)
-        with _one_thread(flat.device):
+        flat, R = padded_rows(states)
+        with one_cpu_thread(flat.device):
             logits = torch.addmm(self.head, flat, self.proj.T)  # [R', V]: head + states @ proj.T
         return logits[:R].view(*states.shape[:-1], self.vocab_size)
 
@@ -293,8 +294,8 @@ class ToyLM:
         """
         if getattr(self, "_proj_t", None) is None:
             self._proj_t = self.proj.T.contiguous()  # [d, V]
-        flat, R = _padded(states)
-        with _one_thread(flat.device):
+        flat, R = padded_rows(states)
+        with one_cpu_thread(flat.device):
             logits = torch.addmm(self.head, flat, self._proj_t)
         return logits[:R]
 
