@@ -59,10 +59,12 @@ def defect_check(name: str, message: str, alpha: float) -> CheckResult:
     )
 
 
-def enough_calls(calls: int, num_batches: int | None, time_budget_s: float | None, elapsed_s: float) -> bool:
+def enough_calls(calls: int, num_batches: int | None, time_budget_s: float | None, elapsed_s: float,
+                 min_calls: int = 2) -> bool:
     """Whether a case runner stops after ``calls`` decoder (or verifier) calls: at
     ``num_batches`` rounded up to even (the independence checks pair successive calls),
-    or, with a time budget, once ``elapsed_s`` reaches it at an even count of at least 2."""
+    or, with a time budget, once ``elapsed_s`` reaches it at an even count of at least
+    ``min_calls`` (at least 2: a floor the plan reserved, run however long it takes)."""
     if num_batches is not None:
         return calls >= num_batches + (num_batches % 2)
-    return elapsed_s >= time_budget_s and calls >= 2 and calls % 2 == 0
+    return elapsed_s >= time_budget_s and calls >= max(2, min_calls) and calls % 2 == 0

@@ -60,6 +60,12 @@ class AuditCase:
         The classes' numbers in check names (``sequence_law[class 2]``); default
         ``0..C-1``. A case restricted to some of its classes (:meth:`restricted`) keeps
         the original numbers, so a check means the same class in every report.
+    required_first_token_tv : float, optional
+        A budgeted audit's floor for this case (``exact=False`` only): the planner reserves
+        the decoder calls that make the planned detectable TV of every class's
+        ``first_token_law`` check at most this (:func:`~specexact.audit.plan.plan_batches`),
+        within half of the sampling time, before it shares out the rest, and the case runs
+        them however long they take. None: no floor (the plan alone decides).
     """
 
     name: str
@@ -74,6 +80,7 @@ class AuditCase:
     weight: float = 1.0
     tags: tuple[str, ...] = field(default_factory=tuple)
     class_ids: tuple[int, ...] | None = None
+    required_first_token_tv: float | None = None
 
     def __post_init__(self) -> None:
         C = len(self.row_classes)
@@ -87,6 +94,10 @@ class AuditCase:
         plens = {len(rc.prompt) for rc in self.row_classes}
         if len(plens) != 1:
             raise ValueError(f"case {self.name!r}: prompts must have one length, got {sorted(plens)}")
+        tv = self.required_first_token_tv
+        if tv is not None and (self.exact or not 0 < tv < 1):
+            raise ValueError(f"case {self.name!r}: required_first_token_tv={tv!r} needs exact=False and a value "
+                             "in (0, 1) (only a two-sample case has a first_token_law check)")
         if self.class_ids is not None and len(self.class_ids) != C:
             raise ValueError(f"case {self.name!r}: class_ids has {len(self.class_ids)} entries for {C} classes")
 
@@ -276,6 +287,7 @@ def default_cases() -> list[AuditCase]:
             batch_size=2048,
             exact=False,
             weight=2.0,
+            required_first_token_tv=0.02,
         ),
     ]
 

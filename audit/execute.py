@@ -26,8 +26,9 @@ from specexact.reports.json_report import to_jsonable
 from .case_result import CaseResult
 from .isolation import case_result_from_dict, run_case_isolated
 from .journal import Journal, journal_path
-from .plan import (MIN_BATCHES, AuditPlan, CasePlan, ThreadChoice, approx_detectable_tv, cases_within_budget,
-                   pilot_costs, pilot_with_thread_choice, plan_batches, rows_per_class)
+from .plan import (FLOOR_SHARE, MIN_BATCHES, AuditPlan, CasePlan, ThreadChoice, approx_detectable_tv, cases_within_budget,
+                   floor_batches, pilot_costs, pilot_with_thread_choice, plan_batches, required_batches,
+                   rows_per_class)
 from .resolve import ResolvedAudit
 from .runner import run_case
 
@@ -66,6 +67,7 @@ class AuditRun:
     notes: list = field(default_factory=list)
     cases_run: int = 0  # cases this process ran (not resumed ones)
     fuzz_plan: dict | None = None  # set by the fuzz stage (audit/fuzz_stage.py), shown in every plan
+    floor_time_s: float | None = None  # the floors' time (floor_batches), fixed by the first budget plan
 
     @property
     def pilot_s(self) -> float:
@@ -118,10 +120,19 @@ class AuditRun:
         remaining = [c for c, k in zip(remaining, keep) if k]
         rc = [cost for cost, k in zip(all_rc, keep) if k]
         left = time_left - overhead * len(remaining)
-        batches, tv, feasible = plan_batches(remaining, rc, left, alpha)
+        if self.floor_time_s is None:  # the floors' time: a share of the first plan's sampling time
+            self.floor_time_s = FLOOR_SHARE * max(left, 0.0)
+        floors = floor_batches(remaining, rc, left, alpha, floor_time_s=self.floor_time_s)
+        batches, tv, feasible = plan_batches(remaining, rc, left, alpha, floors=floors)
+        if not feasible:
+            floors = [MIN_BATCHES] * len(remaining)
         cps = [CasePlan(c.name, cost, rows_per_class(c), b, b * cost, b * rows_per_class(c),
-                        approx_detectable_tv(c, b * rows_per_class(c), alpha))
-               for c, cost, b in zip(remaining, rc, batches)]
+                        approx_detectable_tv(c, b * rows_per_class(c), alpha), f)
+               for c, cost, b, f in zip(remaining, rc, batches, floors)]
+        unmet = [f"{c.name} needs ≈{w} decoder calls (≈{w * cost:.0f} s) for its required first-token TV "
+                 f"{getattr(c, 'required_first_token_tv', None)}, more than the budget leaves for it: it gets at least {f}"
+                 for c, cost, f, w in zip(remaining, rc, floors, (required_batches(c, alpha) for c in remaining))
+                 if f < w]
         short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
                                      f"{sum(2 * x for x in rc) + overhead * len(remaining):.0f} s more; each runs "
                                      "its minimum of 2 decoder calls")
@@ -129,7 +140,8 @@ class AuditRun:
             self.notes.append(short)
         note = "; ".join(filter(None, [
             (f"budget too small for every case: {len(skipped)} case(s) to be left out "
-             f"({', '.join(s['case'] for s in skipped)}), the cheaper ones run") if skipped else "", short]))
+             f"({', '.join(s['case'] for s in skipped)}), the cheaper ones run") if skipped else "", short,
+            *unmet]))
         return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible and not skipped, cps, note,
                          fuzz=self.fuzz_plan, skipped=skipped)
 
@@ -279,7 +291,8 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             later = [c.name for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
             left = settings.budget_s - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
                 MIN_BATCHES * cost_of[name] * run.speed() for name in later)
-            sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3)}
+            sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3),
+                     "min_batches": cp.min_batches}
         else:
             sizes = {"num_batches": settings.num_batches, "time_budget_s": None}
         case_start = time.perf_counter()

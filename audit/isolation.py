@@ -125,6 +125,7 @@ def run_case_isolated(
     seed: int = 0,
     num_batches: int | None = None,
     time_budget_s: float | None = None,
+    min_batches: int = 2,
     device: torch.device | str = "cpu",
     timeout_s: float = 600.0,
     progress: Callable[[int, int], None] | None = None,
@@ -145,7 +146,8 @@ def run_case_isolated(
         spec_path, result_path, err_path = tmpdir / "spec.pkl", tmpdir / "result.json", tmpdir / "stderr.txt"
         spec = {
             "case": case, "sampler": sampler_name, "false_fail_rate": false_fail_rate, "seed": seed,
-            "num_batches": num_batches, "time_budget_s": time_budget_s, "device": str(device),
+            "num_batches": num_batches, "time_budget_s": time_budget_s, "min_batches": min_batches,
+            "device": str(device),
             "threads": torch.get_num_threads(),
         }
         spec_path.write_bytes(pickle.dumps(spec))
@@ -221,7 +223,7 @@ def _child(spec_path: str, result_path: str) -> int:
 
     res = run_case(spec["case"], verifier, false_fail_rate=spec["false_fail_rate"], seed=spec["seed"],
                    num_batches=spec["num_batches"], time_budget_s=spec["time_budget_s"],
-                   device=spec["device"], progress=progress)
+                   min_batches=spec.get("min_batches", 2), device=spec["device"], progress=progress)
     out = Path(result_path)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(to_jsonable({"result": res.to_dict(), "sampling_time_s": last["t"]}),

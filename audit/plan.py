@@ -25,6 +25,12 @@ the report is exact.
 
 Every case gets at least :data:`MIN_BATCHES` decoder calls (the independence checks need
 call pairs), so a budget below :func:`minimum_time` overruns; the plan says so.
+A case may also require a first-token detectable TV (``AuditCase.required_first_token_tv``:
+the default tile-edge case asks for 0.02): its calls for that are reserved first, within
+:data:`FLOOR_SHARE` of the sampling time (:func:`floor_batches`), and the case runs them
+even when it proves slower than predicted (``min_batches`` of
+:func:`~specexact.audit.runner.run_case`); the later cases are re-planned from the time
+left.
 
 Sample sizes under a budget depend on the machine's speed, never on the data: rerunning a
 case with the ``--batches`` count recorded in the report reproduces its samples exactly.
@@ -51,6 +57,10 @@ __all__ = [
     "planning_checks",
     "approx_detectable_tv",
     "batches_for_tv",
+    "first_token_bins",
+    "required_batches",
+    "floor_batches",
+    "FLOOR_SHARE",
     "plan_batches",
     "cases_within_budget",
     "tv_constant",
@@ -82,6 +92,7 @@ class CasePlan:
     planned_time_s: float | None
     planned_sequences_per_class: int
     planned_detectable_tv: float
+    min_batches: int = MIN_BATCHES  # the case's floor (floor_batches): it runs at least these calls
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,7 +150,60 @@ def planning_checks(case: AuditCase) -> list[tuple[int, bool]]:
     V, L = case.model.vocab_size, case.length
     if case.exact:
         return [(min(_support(V, L), PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
-    return [(min(V, PLAN_MAX_BINS), False), (min(_support(V, L), PLAN_MAX_BINS), True)]
+    return [(first_token_bins(case), False), (min(_support(V, L), PLAN_MAX_BINS), True)]
+
+
+def first_token_bins(case: AuditCase) -> int:
+    """Stand-in bins of a two-sample case's ``first_token_law`` checks: ``min(V,
+    PLAN_MAX_BINS)``, or the target's ``top_k`` when every class truncates to at most that
+    many tokens (its first-token law then has at most ``top_k`` outcomes)."""
+    bins = min(case.model.vocab_size, PLAN_MAX_BINS)
+    ks = [int(rc.target_params.top_k or 0) for rc in case.row_classes]
+    if ks and all(k > 0 for k in ks):
+        bins = min(bins, max(max(ks), 2))
+    return bins
+
+
+def required_batches(case: AuditCase, alpha: float) -> int:
+    """Decoder calls a budgeted audit reserves for ``case``: :data:`MIN_BATCHES`, or, with
+    ``case.required_first_token_tv``, the calls whose first-token checks (stand-in bins,
+    :func:`first_token_bins`) detect that TV (even, at least :data:`MIN_BATCHES`)."""
+    tv = getattr(case, "required_first_token_tv", None)
+    if tv is None:
+        return MIN_BATCHES
+    n = min_num_samples_chisquare(tv, num_bins=first_token_bins(case), false_fail_rate=alpha,
+                                  false_pass_rate=FALSE_PASS_RATE)
+    return _even_ceil(n / rows_per_class(case))
+
+
+#: Largest share of the sampling time the cases' required floors together take.
+FLOOR_SHARE = 0.5
+
+
+def floor_batches(cases: Sequence[AuditCase], costs: Sequence[float], available_s: float,
+                  alpha: float, *, floor_time_s: float | None = None) -> list[int]:
+    """Each case's fewest decoder calls under a budget.
+
+    :func:`required_batches` of each case, scaled down evenly (never below
+    :data:`MIN_BATCHES`) when the floors' calls together would take more than
+    ``floor_time_s`` (default :data:`FLOOR_SHARE` of ``available_s``) or leave too little
+    of ``available_s`` for the other cases' minimum. The audit fixes ``floor_time_s`` at
+    its first plan (:data:`FLOOR_SHARE` of the sampling time) and re-evaluates the floors
+    at every re-plan with the speed measured so far, so a case run late is not starved by
+    the shrinking time left.
+    """
+    want = [required_batches(c, alpha) for c in cases]
+    extra = sum((w - MIN_BATCHES) * s for w, s in zip(want, costs))
+    if extra <= 0:
+        return want
+    if floor_time_s is None:
+        floor_time_s = FLOOR_SHARE * available_s
+    room = min(floor_time_s - sum(w * s for w, s in zip(want, costs) if w > MIN_BATCHES),
+               available_s - minimum_time(cases, costs) - extra)
+    if room >= 0:
+        return want
+    scale = max(0.0, (extra + room) / extra)  # the floors' extra calls that fit
+    return [MIN_BATCHES + int((w - MIN_BATCHES) * scale // 2) * 2 for w in want]
 
 
 def _is_verify(case) -> bool:
@@ -246,6 +310,7 @@ def plan_batches(
     costs: Sequence[float],
     available_s: float,
     alpha: float,
+    floors: Sequence[int] | None = None,
 ) -> tuple[list[int], float | None, bool]:
     """Decoder calls per case that minimise the sum of the cases' squared detectable TVs.
 
@@ -257,6 +322,9 @@ def plan_batches(
         Sampling time for all of them.
     alpha
         Per-check false-fail rate.
+    floors
+        Each case's fewest calls (even, at least :data:`MIN_BATCHES`, fitting the budget
+        with the others' minimum); default :func:`floor_batches` of the cases.
 
     Raises
     ------
@@ -266,8 +334,9 @@ def plan_batches(
     Returns
     -------
     (batches, worst_tv, feasible)
-        ``batches[c]`` is even and at least :data:`MIN_BATCHES`, and ``sum(batches[c] *
-        costs[c]) <= available_s``. ``worst_tv`` is the largest planned detectable TV of a
+        ``batches[c]`` is even and at least the case's floor (:func:`floor_batches`:
+        :data:`MIN_BATCHES`, or the calls its ``required_first_token_tv`` needs), and
+        ``sum(batches[c] * costs[c]) <= available_s``. ``worst_tv`` is the largest planned detectable TV of a
         case (None if none is finite). ``feasible`` is False when even the minimum does not
         fit (every case then gets :data:`MIN_BATCHES` and the audit overruns).
 
@@ -281,13 +350,14 @@ def plan_batches(
     TVs, which would spend nearly all the time on the most expensive case, or equal time
     per case, which would starve it. The multiplier ``mu`` is found by bisection on the
     even-rounded-down counts; time left by the rounding goes, two calls at a time, to the
-    case whose squared TV falls most per second.
+    case whose squared TV falls most per second. A case with a floor gets at least that
+    many calls; the others share what the floors leave.
     """
     if len(costs) != len(cases):
         raise ValueError(f"costs has {len(costs)} entries but there are {len(cases)} cases")
     if not cases:
         return [], None, True
-    minimum = [MIN_BATCHES] * len(cases)
+    minimum = floor_batches(cases, costs, available_s, alpha) if floors is None else [int(f) for f in floors]
     rows = [rows_per_class(c) for c in cases]
     K = [tv_constant(c, alpha) for c in cases]
 
@@ -297,15 +367,15 @@ def plan_batches(
         return max(finite) if finite else None
 
     if minimum_time(cases, costs) > available_s:
-        return minimum, worst(minimum), False
+        return [MIN_BATCHES] * len(cases), worst([MIN_BATCHES] * len(cases)), False
 
     def alloc(log_mu: float) -> list[int]:
         mu = math.exp(log_mu)
         out = []
-        for k, s, r in zip(K, costs, rows):
+        for k, s, r, f in zip(K, costs, rows, minimum):
             b = math.sqrt(k / (mu * r * s))
             b = int(min(b, 1e9) // 2) * 2
-            out.append(max(MIN_BATCHES, b))
+            out.append(max(f, b))
         return out
 
     def total(b: list[int]) -> float:

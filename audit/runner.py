@@ -87,6 +87,7 @@ def run_case(
     seed: int = 0,
     num_batches: int | None = None,
     time_budget_s: float | None = None,
+    min_batches: int = 2,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
     min_expected: float = MIN_EXPECTED,
@@ -112,6 +113,9 @@ def run_case(
     time_budget_s : float, optional
         Sample until this many seconds have passed (at least 2 calls). The sample size
         then depends on the machine's speed but never on the data.
+    min_batches : int
+        With ``time_budget_s``: make at least this many calls however long they take (the
+        plan's floor, :func:`~specexact.audit.plan.floor_batches`).
     device : torch.device or str
     progress : callable, optional
         ``progress(num_sequences, num_batches)`` after each call.
@@ -140,10 +144,12 @@ def run_case(
     case = runnable
     if isinstance(case, TreeCase):  # tree / block / lossy samplers in their own decoder
         return run_tree_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
-                             time_budget_s=time_budget_s, device=device, progress=progress, min_expected=min_expected)
+                             time_budget_s=time_budget_s, min_batches=min_batches, device=device, progress=progress,
+                             min_expected=min_expected)
     if _is_verify_case(case):
         return run_verify_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
-                               time_budget_s=time_budget_s, device=device, progress=progress,
+                               time_budget_s=time_budget_s, min_batches=min_batches, device=device,
+                               progress=progress,
                                min_expected=min_expected)
     processing = processing_of(verifier)
     start = time.perf_counter()
@@ -186,7 +192,7 @@ def run_case(
         result.num_sequences = b * case.batch_size
         if progress is not None:
             progress(result.num_sequences, b)
-        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start):
+        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
             break
     if result.defect is None:
         all_tokens = torch.stack(tokens)  # [nb, B, L]

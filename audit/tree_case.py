@@ -327,6 +327,7 @@ def run_tree_case(
     seed: int = 0,
     num_batches: int | None = None,
     time_budget_s: float | None = None,
+    min_batches: int = 2,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
     min_expected: float = MIN_EXPECTED,
@@ -370,7 +371,7 @@ def run_tree_case(
         result.num_sequences = b * case.batch_size
         if progress is not None:
             progress(result.num_sequences, b)
-        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start):
+        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
             break
     if result.defect is None:
         all_tokens, accepted = torch.stack(tokens), torch.stack(first_round)  # [nb, B, L], [nb, B]

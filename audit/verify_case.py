@@ -289,6 +289,7 @@ def run_verify_case(
     seed: int = 0,
     num_batches: int | None = None,
     time_budget_s: float | None = None,
+    min_batches: int = 2,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
     min_expected: float | None = None,
@@ -337,7 +338,7 @@ def run_verify_case(
         result.num_sequences = b * B
         if progress is not None:
             progress(result.num_sequences, b)
-        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start):
+        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
             break
     if result.defect is None:
         alpha = false_fail_rate

@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.4`` -> ``1.5``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.5`` -> ``1.6``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -128,7 +128,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.4/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.5/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -422,6 +422,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "planned_time_s": _NULLABLE_NUMBER,
                 "planned_sequences_per_class": {"type": "integer", "minimum": 1},
                 "planned_detectable_tv": {"anyOf": [{"$ref": "#/$defs/tv"}, {"$ref": "#/$defs/real"}]},
+                "min_batches": {"type": "integer", "minimum": 2},  # the case's floor (since 1.5)
             },
         },
         "plan": {

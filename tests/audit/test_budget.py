@@ -5,16 +5,23 @@ import math
 import pytest
 
 from specexact.audit import quick_cases, run_audit
+from specexact.audit.case_result import enough_calls
+from specexact.audit.cases import AuditCase, RowClass, default_cases
 from specexact.audit.plan import (
+    FLOOR_SHARE,
     MIN_BATCHES,
     approx_detectable_tv,
     cases_within_budget,
+    first_token_bins,
+    floor_batches,
     minimum_time,
     plan_batches,
+    required_batches,
     rows_per_class,
     tv_constant,
 )
-from specexact.decoders import verify
+from specexact.decoders import SamplingParams, ToyLMConfig, verify
+from specexact.exactness.power import min_detectable_tv_chisquare
 from specexact.reports import validate_report
 
 ALPHA = 1e-8
@@ -246,3 +253,137 @@ def test_the_report_starts_before_the_pilot(one_thread, alpha, monkeypatch):
                        on_status=lambda e: log.append((e["event"], None)))
     pilot = log.index(("pilot", None))
     assert ("now", report["started_at"]) in log[:pilot], log
+
+
+# --- floors: a case's required first-token TV (AuditCase.required_first_token_tv) ---------
+
+def _tile_case():
+    return next(c for c in default_cases() if c.name == "v8193-tile-trunc-penalties")
+
+
+def _small_floor_case(tv=0.12):
+    return AuditCase(name="v16-floor", model=ToyLMConfig(vocab_size=16, seed=3, zipf_exponent=0.3, context_strength=0.5), mismatch=0.3,
+                     row_classes=(RowClass((1, 2), SamplingParams(top_k=5), SamplingParams()),),
+                     num_draft_tokens=2, length=2, batch_size=64, exact=False, required_first_token_tv=tv)
+
+
+def _first_token_tv(case, batches, alpha):
+    return min_detectable_tv_chisquare(batches * rows_per_class(case), num_bins=first_token_bins(case),
+                                       false_fail_rate=alpha, false_pass_rate=0.01)
+
+
+def test_first_token_bins_are_the_targets_top_k_when_every_class_truncates():
+    assert first_token_bins(_tile_case()) == 20  # top_k=20 in its one class
+    zipf = next(c for c in default_cases() if c.name == "v4096-zipf")
+    assert first_token_bins(zipf) == 32  # a class without top_k: PLAN_MAX_BINS
+
+
+def test_required_batches_are_the_fewest_even_calls_that_reach_the_required_tv():
+    case, alpha = _tile_case(), 1e-6 / 150
+    b = required_batches(case, alpha)
+    assert b % 2 == 0 and b > MIN_BATCHES
+    assert _first_token_tv(case, b, alpha) <= 0.02 < _first_token_tv(case, b - 2, alpha)
+    assert required_batches(quick_cases()[0], alpha) == MIN_BATCHES  # no requirement
+
+
+def test_a_required_tv_needs_a_two_sample_case_and_a_tv_in_0_1():
+    with pytest.raises(ValueError, match="required_first_token_tv=0.02 needs exact=False"):
+        AuditCase(name="x", model=ToyLMConfig(vocab_size=8, seed=1), mismatch=0.1,
+                  row_classes=(RowClass((1,), SamplingParams(), SamplingParams()),), num_draft_tokens=2, length=2,
+                  batch_size=8, required_first_token_tv=0.02)
+    with pytest.raises(ValueError, match="required_first_token_tv=1.5"):
+        _small_floor_case(1.5)
+
+
+def test_the_plan_reserves_the_floor_and_shares_the_rest():
+    cases = quick_cases()[:3] + [_tile_case()]
+    alpha = 1e-6 / 150
+    costs = [0.03, 0.05, 0.04, 0.65]  # seconds per call as measured on a quiet 2-core machine
+    need = required_batches(_tile_case(), alpha)
+    batches, _, feasible = plan_batches(cases, costs, 60.0, alpha)
+    assert feasible and batches[3] >= need and sum(b * c for b, c in zip(batches, costs)) <= 60.0
+    assert _first_token_tv(cases[3], batches[3], alpha) <= 0.02
+    without, _, _ = plan_batches(cases[:3] + [AuditCase(**{**_tile_case().__dict__,
+                                                           "required_first_token_tv": None})], costs, 60.0, alpha)
+    assert without[3] < need  # the floor is what makes the difference here
+    assert all(b <= w for b, w in zip(batches[:3], without[:3]))  # the other cases pay for it
+
+
+def test_floors_take_at_most_their_share_of_the_time():
+    cases = quick_cases()[:2] + [_tile_case()]
+    alpha = 1e-6 / 150
+    need = required_batches(_tile_case(), alpha)
+    for available in (20.0, 40.0, 2 * need * 1.3 + 5):
+        costs = [0.03, 0.05, 1.3]
+        floors = floor_batches(cases, costs, available, alpha)
+        assert floors[:2] == [MIN_BATCHES, MIN_BATCHES] and floors[2] % 2 == 0 and floors[2] >= MIN_BATCHES
+        if need * 1.3 <= FLOOR_SHARE * available:
+            assert floors[2] == need
+        else:
+            assert floors[2] < need and floors[2] * 1.3 <= FLOOR_SHARE * available + 1e-9
+        batches, _, feasible = plan_batches(cases, costs, available, alpha)
+        assert feasible and batches[2] >= floors[2]
+        assert sum(b * c for b, c in zip(batches, costs)) <= available
+
+
+def test_enough_calls_runs_the_floor_however_long_it_takes():
+    assert not enough_calls(4, None, 1.0, 100.0, min_calls=6)
+    assert enough_calls(6, None, 1.0, 100.0, min_calls=6)
+    assert not enough_calls(7, None, 1.0, 100.0, min_calls=6)  # even counts only
+    assert enough_calls(2, None, 1.0, 100.0)  # no floor: the usual minimum
+
+
+class _SlowAfterThePlan:
+    """Correct, but 0.2 s per verifier call once the audit has planned: the case's time
+    share then buys fewer calls than its floor."""
+
+    def __init__(self):
+        self.slow = False
+
+    def on_status(self, event):
+        if event["event"] == "plan":
+            self.slow = True
+
+    def __call__(self, ids, draft_probs, target_probs, generator=None):
+        import time
+
+        if self.slow:
+            time.sleep(0.2)
+        return verify(ids, draft_probs, target_probs, generator)
+
+
+@pytest.mark.statistical(checks=16)
+def test_a_budgeted_audit_runs_a_cases_floor_even_when_it_is_slower_than_planned(one_thread, alpha):
+    case = _small_floor_case()
+    sampler = _SlowAfterThePlan()
+    report = run_audit(sampler, cases=[case], budget_s=3.0, false_fail_rate=alpha * 16, on_status=sampler.on_status)
+    validate_report(report)
+    assert report["verdict"] == "pass", report["findings"]
+    plan = report["plan"]["cases"][0]
+    per_check = report["plan"]["per_check_false_fail_rate"]
+    assert plan["min_batches"] == required_batches(case, per_check) > MIN_BATCHES
+    ran = report["cases"][0]["num_batches"]
+    # at least one 0.2 s verifier call per decoder call (20 calls): the 3 s budget ran out before the
+    # floor, which the case ran all the same, and no further
+    assert ran == plan["min_batches"] and report["cases"][0]["execution"]["sampling_time_s"] > 3.0
+    first = next(c for c in report["checks"] if c["case"] == "v16-floor" and c["name"].startswith("first_token_law"))
+    assert first["detectable_tv"] <= 0.12
+
+
+def test_re_plans_keep_the_first_plans_floor_time_while_it_fits():
+    cases = quick_cases()[:2] + [_tile_case()]
+    alpha = 1e-6 / 150
+    costs = [0.03, 0.05, 0.65]
+    need = required_batches(_tile_case(), alpha)
+    floor_time = FLOOR_SHARE * 64.0  # fixed by the first plan
+    assert floor_batches(cases, costs, 64.0, alpha)[2] == need
+    # late in the audit a third of the time is left: half of it would no longer buy the
+    # floor, but a re-plan keeps the first plan's floor time, and the floor still fits
+    late = 1.1 * need * 0.65 + minimum_time(cases[:2], costs[:2])
+    assert floor_batches(cases, costs, late, alpha)[2] < need
+    assert floor_batches(cases, costs, late, alpha, floor_time_s=floor_time)[2] == need
+    # it is scaled down only when it does not fit the time left with the others' minimum
+    tight = floor_batches(cases, costs, 10.0, alpha, floor_time_s=floor_time)
+    assert MIN_BATCHES <= tight[2] < need and tight[2] * 0.65 + minimum_time(cases[:2], costs[:2]) <= 10.0
+    # and re-evaluated with the speed measured so far: a slower case gets fewer calls
+    assert floor_batches(cases, [0.03, 0.05, 2.0], 64.0, alpha, floor_time_s=floor_time)[2] * 2.0 <= floor_time
