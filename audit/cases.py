@@ -62,10 +62,13 @@ class AuditCase:
         the original numbers, so a check means the same class in every report.
     required_first_token_tv : float, optional
         A budgeted audit's floor for this case (``exact=False`` only): the planner reserves
-        the decoder calls that make the planned detectable TV of every class's
-        ``first_token_law`` check at most this (:func:`~specexact.audit.plan.plan_batches`),
-        within half of the sampling time, before it shares out the rest, and the case runs
-        them however long they take. None: no floor (the plan alone decides).
+        the decoder calls that make the *planned* detectable TV of every class's
+        ``first_token_law`` check (stand-in bins, :func:`~specexact.audit.plan.first_token_bins`)
+        at most this, within :data:`~specexact.audit.plan.FLOOR_SHARE` of the first plan's
+        sampling time, before it shares out the rest
+        (:func:`~specexact.audit.plan.floor_batches`), and the case runs them however long
+        they take; the report's own ``detectable_tv`` of the check is exact. None: no floor
+        (the plan alone decides).
     """
 
     name: str
@@ -97,7 +100,7 @@ class AuditCase:
         tv = self.required_first_token_tv
         if tv is not None and (self.exact or not 0 < tv < 1):
             raise ValueError(f"case {self.name!r}: required_first_token_tv={tv!r} needs exact=False and a value "
-                             "in (0, 1) (only a two-sample case has a first_token_law check)")
+                             "in (0, 1) (the floor sizes a decoder-level two-sample case's first_token_law checks)")
         if self.class_ids is not None and len(self.class_ids) != C:
             raise ValueError(f"case {self.name!r}: class_ids has {len(self.class_ids)} entries for {C} classes")
 

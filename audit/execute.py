@@ -68,6 +68,7 @@ class AuditRun:
     cases_run: int = 0  # cases this process ran (not resumed ones)
     fuzz_plan: dict | None = None  # set by the fuzz stage (audit/fuzz_stage.py), shown in every plan
     floor_time_s: float | None = None  # the floors' time (floor_batches), fixed by the first budget plan
+    unmet: dict = field(default_factory=dict)  # case name -> why its floor is short of its requirement (last plan)
 
     @property
     def pilot_s(self) -> float:
@@ -129,10 +130,11 @@ class AuditRun:
         cps = [CasePlan(c.name, cost, rows_per_class(c), b, b * cost, b * rows_per_class(c),
                         approx_detectable_tv(c, b * rows_per_class(c), alpha), f)
                for c, cost, b, f in zip(remaining, rc, batches, floors)]
-        unmet = [f"{c.name} needs ≈{w} decoder calls (≈{w * cost:.0f} s) for its required first-token TV "
-                 f"{getattr(c, 'required_first_token_tv', None)}, more than the budget leaves for it: it gets at least {f}"
-                 for c, cost, f, w in zip(remaining, rc, floors, (required_batches(c, alpha) for c in remaining))
-                 if f < w]
+        self.unmet = {c.name: (f"{c.name} needs ≈{w} decoder calls (≈{w * cost:.0f} s) for its required "
+                               f"first-token TV {getattr(c, 'required_first_token_tv', None)}, more than the budget "
+                               f"leaves for it: it gets at least {f}")
+                      for c, cost, f, w in zip(remaining, rc, floors, (required_batches(c, alpha) for c in remaining))
+                      if f < w}
         short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
                                      f"{sum(2 * x for x in rc) + overhead * len(remaining):.0f} s more; each runs "
                                      "its minimum of 2 decoder calls")
@@ -141,7 +143,7 @@ class AuditRun:
         note = "; ".join(filter(None, [
             (f"budget too small for every case: {len(skipped)} case(s) to be left out "
              f"({', '.join(s['case'] for s in skipped)}), the cheaper ones run") if skipped else "", short,
-            *unmet]))
+            *self.unmet.values()]))
         return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible and not skipped, cps, note,
                          fuzz=self.fuzz_plan, skipped=skipped)
 
@@ -255,7 +257,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     status({"event": "plan", "plan": first_plan, "resumed": sorted(run.finished), "budget_s": settings.budget_s,
             "mode": settings.mode, "num_cases": len(cases), "threads": run.threads,
             "journal": None if run.journal is None else str(run.journal.path)})
-    results, resumed, planned, skipped = [], [], {}, []
+    results, resumed, planned, skipped, floor_notes = [], [], {}, [], []
     for i, case in enumerate(cases):
         common = {"case": case.name, "index": i, "num_cases": len(cases)}
         if case.name in run.finished:
@@ -277,6 +279,8 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             status({"event": "case_skipped", **common, "reason": why["reason"], "elapsed_s": run.elapsed()})
             continue
         planned[case.name] = cp
+        if case.name in run.unmet:  # its floor, as it runs, is short of what it requires
+            floor_notes.append(run.unmet[case.name])
         status({"event": "case_start", **common, "planned_batches": cp.planned_batches,
                 "initial_planned_batches": run.initial_plan.get(case.name),
                 "planned_detectable_tv": cp.planned_detectable_tv, "planned_time_s": cp.planned_time_s,
@@ -284,13 +288,13 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
         if settings.mode == "budget":
             cost_of = run.cost_of
             share = (cp.planned_batches - 0.5) * cp.seconds_per_batch
-            # Never more than the time left after the later cases' minimum. A no-op when the
+            # Never more than the time left after the later cases' floors (their minimum). A no-op when the
             # plan fits; it matters when the prediction is far off (a sampler much slower,
             # relative to the pilot, on earlier cases than on this one), which would
             # otherwise stretch the case past the budget.
-            later = [c.name for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
+            later = [c for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
             left = settings.budget_s - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
-                MIN_BATCHES * cost_of[name] * run.speed() for name in later)
+                c.min_batches * cost_of[c.name] * run.speed() for c in later)  # their floors
             sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3),
                      "min_batches": cp.min_batches}
         else:
@@ -338,7 +342,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     carried = [planned[c.name] for c in cases if c.name in planned]
     finite = [c.planned_detectable_tv for c in carried if math.isfinite(c.planned_detectable_tv)]
     target_tv = max(finite) if (settings.mode == "budget" and finite) else None
-    note = run.notes[0] if run.notes else ""
+    note = "; ".join(filter(None, [run.notes[0] if run.notes else "", *floor_notes]))
     if skipped:
         left_out = ", ".join(sk["case"] for sk in skipped)
         if left_out not in note:

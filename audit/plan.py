@@ -48,6 +48,7 @@ import torch
 from specexact.exactness.power import min_detectable_tv_chisquare, min_num_samples_chisquare
 
 from .cases import AuditCase
+from .levels import CHI2_TAIL_INFLATION
 
 __all__ = [
     "PLAN_MAX_BINS",
@@ -143,7 +144,9 @@ def planning_checks(case: AuditCase) -> list[tuple[int, bool]]:
 
     A verify-level case: ``first_token_law`` and ``accepted_length`` (its conditional
     ``recovered_token_law`` / ``bonus_token_law`` checks see only part of the rows and
-    report their own, larger, detectable TV).
+    report their own, larger, detectable TV). A two-sample decoder-level case:
+    ``first_token_law`` with :func:`first_token_bins` bins (the target's ``top_k`` where
+    every class sets one) and ``sequences_vs_naive``.
     """
     if _is_verify(case):
         return [(min(case.model.vocab_size, PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
@@ -167,11 +170,13 @@ def first_token_bins(case: AuditCase) -> int:
 def required_batches(case: AuditCase, alpha: float) -> int:
     """Decoder calls a budgeted audit reserves for ``case``: :data:`MIN_BATCHES`, or, with
     ``case.required_first_token_tv``, the calls whose first-token checks (stand-in bins,
-    :func:`first_token_bins`) detect that TV (even, at least :data:`MIN_BATCHES`)."""
+    :func:`first_token_bins`; at the chi-square checks' level ``alpha /
+    CHI2_TAIL_INFLATION``, as the runner runs them) detect that TV (even, at least
+    :data:`MIN_BATCHES`)."""
     tv = getattr(case, "required_first_token_tv", None)
     if tv is None:
         return MIN_BATCHES
-    n = min_num_samples_chisquare(tv, num_bins=first_token_bins(case), false_fail_rate=alpha,
+    n = min_num_samples_chisquare(tv, num_bins=first_token_bins(case), false_fail_rate=alpha / CHI2_TAIL_INFLATION,
                                   false_pass_rate=FALSE_PASS_RATE)
     return _even_ceil(n / rows_per_class(case))
 
@@ -184,13 +189,31 @@ def floor_batches(cases: Sequence[AuditCase], costs: Sequence[float], available_
                   alpha: float, *, floor_time_s: float | None = None) -> list[int]:
     """Each case's fewest decoder calls under a budget.
 
-    :func:`required_batches` of each case, scaled down evenly (never below
-    :data:`MIN_BATCHES`) when the floors' calls together would take more than
-    ``floor_time_s`` (default :data:`FLOOR_SHARE` of ``available_s``) or leave too little
-    of ``available_s`` for the other cases' minimum. The audit fixes ``floor_time_s`` at
-    its first plan (:data:`FLOOR_SHARE` of the sampling time) and re-evaluates the floors
-    at every re-plan with the speed measured so far, so a case run late is not starved by
-    the shrinking time left.
+    Parameters
+    ----------
+    cases, costs
+        The cases and their seconds per decoder call.
+    available_s : float
+        Sampling time for all of them.
+    alpha : float
+        Per-check false-fail rate.
+    floor_time_s : float, optional
+        Most seconds the floored cases' calls may take together; default
+        :data:`FLOOR_SHARE` of ``available_s``.
+
+    Returns
+    -------
+    list of int
+        :func:`required_batches` of each case, scaled down evenly (even counts, never
+        below :data:`MIN_BATCHES`) when they would take more than ``floor_time_s`` or leave
+        too little of ``available_s`` for the other cases' minimum.
+
+    Notes
+    -----
+    The audit fixes ``floor_time_s`` at its first plan (:data:`FLOOR_SHARE` of the
+    sampling time) and re-evaluates the floors at every re-plan with the speed measured
+    so far, so a case run late is not starved by the shrinking time left. (A resumed
+    audit fixes it at its own first plan, from the time then left.)
     """
     want = [required_batches(c, alpha) for c in cases]
     extra = sum((w - MIN_BATCHES) * s for w, s in zip(want, costs))
@@ -358,6 +381,8 @@ def plan_batches(
     if not cases:
         return [], None, True
     minimum = floor_batches(cases, costs, available_s, alpha) if floors is None else [int(f) for f in floors]
+    if sum(f * c for f, c in zip(minimum, costs)) > available_s:  # given floors that do not fit
+        minimum = floor_batches(cases, costs, available_s, alpha)
     rows = [rows_per_class(c) for c in cases]
     K = [tv_constant(c, alpha) for c in cases]
 

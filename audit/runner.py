@@ -113,9 +113,9 @@ def run_case(
     time_budget_s : float, optional
         Sample until this many seconds have passed (at least 2 calls). The sample size
         then depends on the machine's speed but never on the data.
-    min_batches : int
-        With ``time_budget_s``: make at least this many calls however long they take (the
-        plan's floor, :func:`~specexact.audit.plan.floor_batches`).
+    min_batches : int, default 2
+        With ``time_budget_s``: make at least this many calls (rounded up to even) however
+        long they take (the plan's floor, :func:`~specexact.audit.plan.floor_batches`).
     device : torch.device or str
     progress : callable, optional
         ``progress(num_sequences, num_batches)`` after each call.

@@ -1,11 +1,13 @@
 """--budget: sample sizes planned from the power functions fit the time, and the audit stops on time."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from specexact.audit import quick_cases, run_audit
 from specexact.audit.case_result import enough_calls
+from specexact.audit.levels import CHI2_TAIL_INFLATION
 from specexact.audit.cases import AuditCase, RowClass, default_cases
 from specexact.audit.plan import (
     FLOOR_SHARE,
@@ -267,9 +269,9 @@ def _small_floor_case(tv=0.12):
                      num_draft_tokens=2, length=2, batch_size=64, exact=False, required_first_token_tv=tv)
 
 
-def _first_token_tv(case, batches, alpha):
+def _first_token_tv(case, batches, alpha):  # the first-token check's, at the runner's chi-square level
     return min_detectable_tv_chisquare(batches * rows_per_class(case), num_bins=first_token_bins(case),
-                                       false_fail_rate=alpha, false_pass_rate=0.01)
+                                       false_fail_rate=alpha / CHI2_TAIL_INFLATION, false_pass_rate=0.01)
 
 
 def test_first_token_bins_are_the_targets_top_k_when_every_class_truncates():
@@ -352,10 +354,25 @@ class _SlowAfterThePlan:
         return verify(ids, draft_probs, target_probs, generator)
 
 
+def _fixed_pilot(monkeypatch, seconds_per_call):
+    """The pilot's costs, fixed (the plan then does not depend on this machine's speed)."""
+    import specexact.audit.execute as execute
+    import torch
+
+    def costs(cases, device, verifier=None):
+        return [seconds_per_call] * len(cases)
+
+    monkeypatch.setattr(execute, "pilot_costs", costs)
+    monkeypatch.setattr(execute, "pilot_with_thread_choice",
+                        lambda cases, device, verifier=None: (costs(cases, device),
+                                                              execute.ThreadChoice(torch.get_num_threads(), "set")))
+
+
 @pytest.mark.statistical(checks=16)
-def test_a_budgeted_audit_runs_a_cases_floor_even_when_it_is_slower_than_planned(one_thread, alpha):
+def test_a_budgeted_audit_runs_a_cases_floor_even_when_it_is_slower_than_planned(one_thread, alpha, monkeypatch):
     case = _small_floor_case()
     sampler = _SlowAfterThePlan()
+    _fixed_pilot(monkeypatch, 0.01)  # the floor (about 24 calls) fits half of the 3 s budget
     report = run_audit(sampler, cases=[case], budget_s=3.0, false_fail_rate=alpha * 16, on_status=sampler.on_status)
     validate_report(report)
     assert report["verdict"] == "pass", report["findings"]
@@ -363,7 +380,7 @@ def test_a_budgeted_audit_runs_a_cases_floor_even_when_it_is_slower_than_planned
     per_check = report["plan"]["per_check_false_fail_rate"]
     assert plan["min_batches"] == required_batches(case, per_check) > MIN_BATCHES
     ran = report["cases"][0]["num_batches"]
-    # at least one 0.2 s verifier call per decoder call (20 calls): the 3 s budget ran out before the
+    # at least one 0.2 s verifier call per decoder call: the 3 s budget ran out before the
     # floor, which the case ran all the same, and no further
     assert ran == plan["min_batches"] and report["cases"][0]["execution"]["sampling_time_s"] > 3.0
     first = next(c for c in report["checks"] if c["case"] == "v16-floor" and c["name"].startswith("first_token_law"))
@@ -387,3 +404,49 @@ def test_re_plans_keep_the_first_plans_floor_time_while_it_fits():
     assert MIN_BATCHES <= tight[2] < need and tight[2] * 0.65 + minimum_time(cases[:2], costs[:2]) <= 10.0
     # and re-evaluated with the speed measured so far: a slower case gets fewer calls
     assert floor_batches(cases, [0.03, 0.05, 2.0], 64.0, alpha, floor_time_s=floor_time)[2] * 2.0 <= floor_time
+
+
+def test_the_first_plan_fixes_the_floor_time_and_re_plans_keep_it(monkeypatch):
+    from specexact.audit.execute import open_audit
+    from specexact.audit.resolve import resolve_audit
+    from specexact.audit.settings import AuditSettings
+
+    early = replace(_small_floor_case(), name="v16-early", required_first_token_tv=None)
+    late = _small_floor_case()
+    _fixed_pilot(monkeypatch, 0.05)
+    run = open_audit(resolve_audit(verify, AuditSettings(cases=(early, late), budget_s=6.0, false_fail_rate=1e-6)))
+    clock = {"t": 0.0}
+    monkeypatch.setattr(run, "elapsed", lambda: clock["t"])
+    alpha = run.resolved.per_check_false_fail_rate
+    need = required_batches(late, alpha)
+    assert 0.5 * 2.0 < need * 0.05 < 2.0  # fits the first plan's floor time, not half of 2 s
+    first = run.plan([early, late])
+    fixed = run.floor_time_s
+    assert fixed == pytest.approx(FLOOR_SHARE * (6.0 - 2 * run.overhead()))
+    assert first.case("v16-floor").min_batches == need and first.case("v16-early").min_batches == MIN_BATCHES
+    clock["t"] = 6.0 - run.overhead() - 2.0  # 2 s left for the late case
+    again = run.plan([late])
+    assert run.floor_time_s == fixed and again.case("v16-floor").min_batches == need
+    assert again.case("v16-floor").planned_batches >= need and "needs" not in again.note
+    clock["t"] = 6.0 - run.overhead() - 1.0  # 1 s left: the floor no longer fits; named in the note
+    short = run.plan([late])
+    got = short.case("v16-floor").min_batches
+    assert MIN_BATCHES <= got < need and got * 0.05 <= 1.0
+    assert f"v16-floor needs ≈{need} decoder calls" in short.note and f"it gets at least {got}" in short.note
+
+
+@pytest.mark.statistical(checks=32)
+def test_a_floor_short_of_its_requirement_is_named_in_the_report(one_thread, alpha, monkeypatch):
+    # Predicted at 0.2 s per call, the case's floor of about 24 calls cannot fit half of a
+    # 4 s budget: the report's note says so, and the case runs the floor it got.
+    case = _small_floor_case()
+    _fixed_pilot(monkeypatch, 0.2)
+    report = run_audit(verify, cases=[case], budget_s=4.0, false_fail_rate=alpha * 32)
+    validate_report(report)
+    assert report["verdict"] == "pass", report["findings"]
+    need = required_batches(case, report["plan"]["per_check_false_fail_rate"])
+    got = report["plan"]["cases"][0]["min_batches"]
+    assert MIN_BATCHES <= got < need
+    assert f"v16-floor needs ≈{need} decoder calls" in report["plan"]["note"]
+    assert f"it gets at least {got}" in report["plan"]["note"]
+    assert report["cases"][0]["num_batches"] >= got
