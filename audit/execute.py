@@ -142,8 +142,9 @@ class AuditRun:
             self.notes.append(short)
         note = "; ".join(filter(None, [
             (f"budget too small for every case: {len(skipped)} case(s) to be left out "
-             f"({', '.join(s['case'] for s in skipped)}), the cheaper ones run") if skipped else "", short,
-            *self.unmet.values()]))
+             f"({', '.join(s['case'] for s in skipped)}), the cheaper ones run") if skipped else "", short]))
+        # (a floor short of its requirement is said when its case starts, from the plan it
+        # runs under: run_cases; an early plan's shortfall may not last)
         return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible and not skipped, cps, note,
                          fuzz=self.fuzz_plan, skipped=skipped)
 
@@ -282,6 +283,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
         if case.name in run.unmet:  # its floor, as it runs, is short of what it requires
             floor_notes.append(run.unmet[case.name])
         status({"event": "case_start", **common, "planned_batches": cp.planned_batches,
+                "floor_note": run.unmet.get(case.name),
                 "initial_planned_batches": run.initial_plan.get(case.name),
                 "planned_detectable_tv": cp.planned_detectable_tv, "planned_time_s": cp.planned_time_s,
                 "elapsed_s": run.elapsed()})

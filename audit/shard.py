@@ -103,7 +103,7 @@ def merge_reports(reports: Sequence[dict]) -> dict:
     settings["shard"] = None
     settings["skipped_cases"] = [*(sk for sk in first["settings"].get("skipped_cases") or [] if sk.get("kind") != "budget"),
                                  *left_out]  # each shard leaves out its own cases for its budget
-    return build_report(
+    merged = build_report(
         [by_name[n] for n in all_cases if n in by_name],
         sampler=first["sampler"],
         settings=settings,
@@ -124,3 +124,9 @@ def merge_reports(reports: Sequence[dict]) -> dict:
             "plan": r.get("plan"),
         } for r in shards],
     )
+    # each shard's plan note (a floor its budget could not buy, a budget too small), where
+    # the merged report's readers look: its notes
+    merged["notes"] = [*merged.get("notes", []),
+                       *(f"shard {r['settings']['shard']['index']}/{r['settings']['shard']['count']} plan: "
+                         f"{r['plan']['note']}" for r in shards if (r.get("plan") or {}).get("note"))]
+    return merged

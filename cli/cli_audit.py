@@ -191,6 +191,8 @@ class _Display:
             if self.budget_mode and initial is not None and initial != planned:
                 self.print(f"{escape(ev['case'])}: re-planned to ≈{planned} calls (first plan ≈{initial}) "
                            "from the time left and the speed measured so far")
+            if ev.get("floor_note"):
+                self.print(f"[yellow]{escape(ev['floor_note'])}[/]")
             time_s = f" in {ev['planned_time_s']:.1f} s" if ev.get("planned_time_s") else ""
             self.progress.update(self.task, description=f"[{ev['index'] + 1}/{ev['num_cases']}] {escape(ev['case'])}",
                                  info=f"planned {approx}{planned} calls{time_s}, ≈TV "

@@ -112,3 +112,16 @@ def test_a_case_a_shard_left_out_for_its_budget_is_listed_in_the_merge(tmp_path)
     del s2["settings"]["skipped_cases"]  # without the record the case is missing
     with pytest.raises(ShardError, match="missing"):
         merge_reports([s1, s2])
+
+
+def test_a_shards_plan_note_reaches_the_merged_reports_notes(tmp_path):
+    # e.g. a floor its budget could not buy (audit/plan.py floor_batches): said in the
+    # shard's plan.note, which the merged report (plan null) would otherwise hide
+    _, s1, _ = run(tmp_path, "s1", "--shard", "1/2")
+    _, s2, _ = run(tmp_path, "s2", "--shard", "2/2")
+    s2["plan"]["note"] = "v12-eos-cut needs ≈34 decoder calls (≈9 s) for its required first-token TV 0.02"
+    merged = merge_reports([s1, s2])
+    validate_report(merged)
+    assert merged["plan"] is None
+    assert f"shard 2/2 plan: {s2['plan']['note']}" in merged["notes"]
+    assert any(n.startswith("shard 1/2 plan:") for n in merged["notes"]) == bool(s1["plan"]["note"])
