@@ -95,6 +95,8 @@ def _baseline(path: str | None) -> dict | None:
     except SchemaError as exc:  # one line: the first mismatch
         detail = str(exc).splitlines()[-1].strip()
         raise CliError(f"--baseline {path} does not match the {SCHEMA} schema: {detail}") from exc
+    if not baseline.get("checks"):  # every result would be "new": regression mode would compare nothing
+        raise CliError(f"--baseline {path} holds no checks: there is nothing to compare with")
     return baseline
 
 

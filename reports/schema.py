@@ -22,6 +22,7 @@ major version (``specexact.audit/2``).
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Iterator
 
@@ -550,6 +551,10 @@ def iter_errors(instance: Any, schema: dict | None = None, path: str = "$", root
             yield f"{path}: must be of type {' or '.join(types)}, got {_short(instance)}"
             return
     if isinstance(instance, (int, float)) and not isinstance(instance, bool):
+        bounded = any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"))
+        if bounded and math.isnan(instance):  # NaN compares false with every bound: never in range
+            yield f"{path}: must be a number within its bounds, got nan"
+            return
         if "minimum" in schema and instance < schema["minimum"]:
             yield f"{path}: must be >= {schema['minimum']}, got {instance!r}"
         if "maximum" in schema and instance > schema["maximum"]:

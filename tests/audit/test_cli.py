@@ -171,6 +171,17 @@ def test_a_malformed_baseline_is_refused_before_sampling(tmp_path, capsys):
     assert not list(tmp_path.glob("audit-*.json"))  # nothing sampled, nothing reported
 
 
+def test_a_baseline_without_checks_is_refused_before_sampling(tmp_path, capsys):
+    recorded = json.loads((Path(__file__).parents[2] / "reports/engines/lmdeploy/baseline-lmdeploy.json").read_text())
+    recorded["checks"] = []
+    (tmp_path / "empty.json").write_text(json.dumps(recorded))
+    capsys.readouterr()
+    assert run_cli(["--quiet", "--baseline", str(tmp_path / "empty.json")], tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds no checks" in err and len(err.splitlines()) == 1, err
+    assert not list(tmp_path.glob("audit-*.json"))
+
+
 def test_a_device_without_generators_is_exit_2(tmp_path, capsys):
     assert run_cli([*QUICK, "--device", "meta"], tmp_path) == 2
     captured = capsys.readouterr()

@@ -82,3 +82,13 @@ def test_error_paths_point_at_the_field(passing_report):
     report["cases"][0]["checks"][2]["n"] = "many"
     (err,) = list(iter_errors(report))
     assert err.startswith("$.cases[0].checks[2].n:")
+
+
+def test_a_nan_where_a_bounded_number_belongs_is_rejected(passing_report):
+    # NaN compares false with every bound, so a range check alone lets it through (as
+    # jsonschema does); a NaN p-value or rate is a defect of whoever wrote the report
+    for field in ("pvalue", "false_fail_rate"):
+        report = copy.deepcopy(passing_report)
+        report["checks"][0][field] = float("nan")
+        with pytest.raises(SchemaError, match=f"{field}: must be a number within its bounds, got nan"):
+            validate_report(report)
