@@ -125,12 +125,12 @@ def test_budget_must_be_positive():
         run_audit(verify, cases=quick_cases()[:1], budget_s=0)
 
 
-class _SlowOnV8AfterThePlan:
-    """Correct, but 0.5 s per verifier call on V=8 once the audit has planned (as if the
-    machine got busy): the speed measured on v8-plain then predicts v12-eos-cut far too
-    slow."""
+class _SlowAfterThePlan:
+    """Correct, but ``seconds`` per verifier call (on vocabulary ``vocab_size`` only, if
+    given) once the audit has planned, as if the machine got busy."""
 
-    def __init__(self):
+    def __init__(self, seconds: float, vocab_size: int | None = None):
+        self.seconds, self.vocab_size = seconds, vocab_size
         self.slow = False
 
     def on_status(self, event):
@@ -140,15 +140,16 @@ class _SlowOnV8AfterThePlan:
     def __call__(self, ids, draft_probs, target_probs, generator=None):
         import time
 
-        if self.slow and draft_probs.shape[-1] == 8:
-            time.sleep(0.5)
+        if self.slow and self.vocab_size in (None, draft_probs.shape[-1]):
+            time.sleep(self.seconds)
         return verify(ids, draft_probs, target_probs, generator)
 
 
 @pytest.mark.statistical(checks=16)
 def test_a_case_never_gets_more_than_the_time_left(one_thread, alpha):
     cases = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
-    sampler = _SlowOnV8AfterThePlan()
+    # 0.5 s per call on V=8: the speed measured on v8-plain then predicts v12-eos-cut far too slow
+    sampler = _SlowAfterThePlan(0.5, vocab_size=8)
     report = run_audit(sampler, cases=cases, budget_s=4.0, false_fail_rate=alpha * 16, on_status=sampler.on_status)
     assert report["verdict"] == "pass", report["findings"]
     v12 = next((c for c in report["cases"] if c["name"] == "v12-eos-cut"), None)
@@ -335,25 +336,6 @@ def test_enough_calls_runs_the_floor_however_long_it_takes():
     assert enough_calls(2, None, 1.0, 100.0)  # no floor: the usual minimum
 
 
-class _SlowAfterThePlan:
-    """Correct, but 0.2 s per verifier call once the audit has planned: the case's time
-    share then buys fewer calls than its floor."""
-
-    def __init__(self):
-        self.slow = False
-
-    def on_status(self, event):
-        if event["event"] == "plan":
-            self.slow = True
-
-    def __call__(self, ids, draft_probs, target_probs, generator=None):
-        import time
-
-        if self.slow:
-            time.sleep(0.2)
-        return verify(ids, draft_probs, target_probs, generator)
-
-
 def _fixed_pilot(monkeypatch, seconds_per_call):
     """The pilot's costs, fixed (the plan then does not depend on this machine's speed)."""
     import specexact.audit.execute as execute
@@ -371,7 +353,7 @@ def _fixed_pilot(monkeypatch, seconds_per_call):
 @pytest.mark.statistical(checks=16)
 def test_a_budgeted_audit_runs_a_cases_floor_even_when_it_is_slower_than_planned(one_thread, alpha, monkeypatch):
     case = _small_floor_case()
-    sampler = _SlowAfterThePlan()
+    sampler = _SlowAfterThePlan(0.2)  # the case's time share then buys fewer calls than its floor
     _fixed_pilot(monkeypatch, 0.01)  # the floor (about 24 calls) fits half of the 3 s budget
     report = run_audit(sampler, cases=[case], budget_s=3.0, false_fail_rate=alpha * 16, on_status=sampler.on_status)
     validate_report(report)
