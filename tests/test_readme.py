@@ -1,4 +1,9 @@
-"""The README's stated figures, versions and names match the code, where a test can see them."""
+"""The README's and the documentation's stated figures, versions and names match the code.
+
+The README keeps what a visitor needs in two minutes; the rest moved into the pages under
+``docs/``. The checks read the README and every page together (``TEXT``, ``FLAT``), or the
+page the content lives on.
+"""
 
 import inspect
 import re
@@ -9,7 +14,10 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
-FLAT = " ".join(README.split())  # line breaks do not matter
+DOCS = {path.relative_to(ROOT / "docs").as_posix(): path.read_text()
+        for path in sorted((ROOT / "docs").rglob("*.md"))}
+TEXT = "\n".join([README, *DOCS.values()])  # the README and every documentation page
+FLAT = " ".join(TEXT.split())  # line breaks do not matter
 
 
 def sci(x: float) -> str:
@@ -26,7 +34,13 @@ def test_schema_version_matches_the_code_and_schema_md():
     assert f"/audit/{SCHEMA_VERSION}/" in REPORT_SCHEMA["$id"]
 
 
-def test_every_audit_option_is_in_the_readme():
+def test_the_documentation_pages_exist():
+    for page in ("getting-started.md", "auditing/logits-level.md", "ci/python-api.md", "ci/pytest-plugin.md",
+                 "ci/exit-statuses.md", "long-audits.md", "statistics.md", "reports.md"):
+        assert page in DOCS, page
+
+
+def test_every_audit_option_is_documented():
     from specexact.cli import build_parser
 
     parser = build_parser()
@@ -35,11 +49,17 @@ def test_every_audit_option_is_in_the_readme():
         for action in command._actions:
             for flag in action.option_strings:
                 if flag.startswith("--") and flag != "--help" and name == "audit":
-                    assert f"`{flag}" in README, f"specexact audit {flag} is not in the README"
-    assert "`specexact --version`" in README
+                    assert f"`{flag}" in TEXT, f"specexact audit {flag} is not in the README or docs/"
+    assert "`specexact --version`" in TEXT
+    # the options' list lives on one page: each option there
+    options = DOCS["getting-started.md"]
+    for action in sub.choices["audit"]._actions:
+        for flag in action.option_strings:
+            if flag.startswith("--") and flag != "--help":
+                assert f"`{flag}" in options, f"specexact audit {flag} is not on docs/getting-started.md"
 
 
-def test_defaults_stated_in_the_readme():
+def test_defaults_stated_in_the_documentation():
     from specexact.cli import DEFAULT_BUDGET_S, QUICK_BUDGET_S, build_parser
     from specexact.testing import DEFAULT_BATCHES
     from specexact.testing.plugin import DEFAULT_SESSION_FALSE_FAIL_RATE
@@ -82,6 +102,7 @@ def test_versions_and_requirements():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     low = project["requires-python"].removeprefix(">=")
     assert f"Python ≥ {low}" in FLAT
+    assert f"Python ≥ {low}" in " ".join(README.split())  # the quick start stays in the README
     assert "torch==2.13.0" in README
     tested = re.search(r"transformers versions\s+tested: ([0-9., ]+)\.",
                        (ROOT / "pyproject.toml").read_text().replace("\n#", ""))
@@ -97,7 +118,8 @@ def test_the_python_api_table_names_real_functions_with_their_signatures(name):
     import specexact.testing as api
 
     assert name in api.__all__
-    row = next(line for line in README.splitlines() if line.startswith("| ") and f"`{name}`" in line.split("|")[1])
+    table = DOCS["ci/python-api.md"]
+    row = next(line for line in table.splitlines() if line.startswith("| ") and f"`{name}`" in line.split("|")[1])
     obj = getattr(api, name)
     if name == "AuditResult":
         for attr in re.findall(r"`\.(\w+)", row):
@@ -115,7 +137,8 @@ def test_the_python_api_table_names_real_functions_with_their_signatures(name):
                     else repr(expected).replace("'", '"') == default), (key, default)
 
 
-def test_the_example_file_exists_and_is_what_the_readme_says():
+def test_the_example_file_exists_and_is_what_the_docs_say():
     example = ROOT / "examples" / "test_engine_exactness.py"
-    assert "`examples/test_engine_exactness.py`" in README and example.exists()
-    assert example.read_text().count("  # <- your engine") == 2 and "replace the two lines marked" in FLAT
+    page = DOCS["ci/pytest-plugin.md"]
+    assert "`examples/test_engine_exactness.py`" in page and example.exists()
+    assert example.read_text().count("  # <- your engine") == 2 and "replace the two lines marked" in " ".join(page.split())

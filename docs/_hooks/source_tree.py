@@ -40,10 +40,6 @@ def build_tree(root: Path = ROOT, tree: Path = TREE) -> Path:
     return tree
 
 
-def on_startup(**_kwargs) -> None:
-    build_tree()
-
-
 def on_config(config, **_kwargs):
     build_tree()
     return config
