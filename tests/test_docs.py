@@ -128,11 +128,15 @@ def test_every_public_name_has_a_reference_entry(module):
     assert not missing, f"{REFERENCED[module]} has no '::: {module}.<name>' for {missing}"
 
 
-def test_every_reference_entry_names_a_public_name():
+def test_every_reference_entry_names_a_public_name_or_a_submodule():
+    # (the build fails on a name griffe cannot find; this keeps each page to its package)
     for module, page in REFERENCED.items():
         names = set(public_names(module))
         for target in directives(page):
-            assert target == module or target.removeprefix(module + ".") in names, (page, target)
+            rest = target.removeprefix(module + ".")
+            assert target == module or rest in names or (
+                target.startswith(module + ".") and (package_folder(module) / f"{rest.split('.')[0]}.py").exists()
+            ), (page, target)
 
 
 def test_every_reference_page_is_in_the_nav():
