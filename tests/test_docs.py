@@ -62,6 +62,21 @@ def test_the_readme_says_how_to_build_the_site():
     assert "mkdocs serve" in README and "mkdocs build --strict" in README
 
 
+def table_after(text: str, heading: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(heading)
+    first = next(k for k in range(start, len(lines)) if lines[k].startswith("|"))
+    end = next((k for k in range(first, len(lines)) if not lines[k].startswith("|")), len(lines))
+    return lines[first:end]
+
+
+def test_the_readme_engine_table_is_the_engines_page_table():
+    readme = table_after(README, "## Engines")
+    page = table_after(PAGES["docs/engines/index.md"], "# Engines")
+    assert len(readme) >= 10
+    assert [row.replace("](docs/engines/", "](") for row in readme] == page
+
+
 def slugify(heading: str) -> str:
     """The anchor Python-Markdown's ``toc`` extension gives a heading (its default slugify)."""
     text = re.sub(r"`([^`]*)`", r"\1", heading)
