@@ -1,7 +1,6 @@
 """sampling_params / histories / pipeline_cases: truncation edges generated as claimed."""
 
 import math
-from collections import Counter
 
 import pytest
 import torch
@@ -40,11 +39,9 @@ def test_param_families_are_tagged_as_drawn(family, data):
         assert params.top_k >= V
 
 
-def test_measured_param_family_frequencies(measure, assert_min_share):
-    counts = measure(st.tuples(sampling_params(vocab_size=50), st.integers(0, 2**32 - 1)),
-                     lambda t: sampling_params_family(t[0], 50))
-    print("sampling_params family counts:", dict(counts))
-    assert_min_share(counts, PARAM_FAMILIES)
+def test_every_param_family_is_reachable(reach):
+    reach(sampling_params(vocab_size=50), lambda p: sampling_params_family(p, 50),
+          PARAM_FAMILIES)
 
 
 @given(data=st.data())
@@ -65,17 +62,16 @@ def test_histories_have_the_claimed_form(data):
         assert present.all()
 
 
-def test_public_histories_draw_from_token_pool(measure):
-    counts = measure(histories(vocab_size=100, batch_size=2, token_ids=[3, 7]),
-                     lambda h: tuple(sorted(set(h.flatten().tolist()) - {-1})), n=50)
-    assert all(set(ids) <= {3, 7} for ids in counts)
+def test_public_histories_draw_from_token_pool(every_example, reach):
+    for h in every_example(histories(vocab_size=100, batch_size=2, token_ids=[3, 7]), n=50):
+        assert set(h.flatten().tolist()) - {-1} <= {3, 7}
+    reach(histories(vocab_size=100, batch_size=2, token_ids=[3, 7]),
+          lambda h: tuple(sorted(set(h.flatten().tolist()) - {-1})), [(3,), (7,), (3, 7)])
 
 
-def test_measured_history_kind_frequencies(measure, assert_min_share):
-    counts = measure(st.tuples(_histories(st.integers(1, 50), 2, 12, HISTORY_KINDS, None),
-                               st.integers(0, 2**32 - 1)), lambda t: t[0][0])
-    print("history kind counts:", dict(counts))
-    assert_min_share(counts, HISTORY_KINDS)
+def test_every_history_kind_is_reachable(reach):
+    reach(_histories(st.integers(1, 50), 2, 12, HISTORY_KINDS, None), lambda t: t[0],
+          HISTORY_KINDS)
 
 
 def check_pipeline_case(case: PipelineCase) -> None:
@@ -135,15 +131,10 @@ def test_pipeline_families_generate_what_they_claim(family, data):
     assert probs.shape == (case.batch_size, case.vocab_size)
 
 
-def test_measured_pipeline_family_and_history_frequencies(measure, assert_min_share):
-    both = measure(pipeline_cases(vocab_size=SIZES), lambda c: (c.family, c.history_kind))
-    families, kinds = Counter(), Counter()
-    for (family, kind), n in both.items():
-        families[family] += n
-        kinds[kind] += n
-    print("pipeline_cases family counts:", dict(families), "history kinds:", dict(kinds))
-    assert_min_share(families, PIPELINE_FAMILIES)
-    assert_min_share(kinds, (*HISTORY_KINDS, "drafted", "none"))
+def test_every_pipeline_family_and_history_kind_is_reachable(reach):
+    reach(pipeline_cases(vocab_size=SIZES), lambda c: c.family, PIPELINE_FAMILIES)
+    reach(pipeline_cases(vocab_size=SIZES), lambda c: c.history_kind,
+          (*HISTORY_KINDS, "drafted", "none"))
 
 
 def test_pipeline_case_repr_rebuilds_it():

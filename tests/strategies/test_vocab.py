@@ -47,23 +47,22 @@ def test_real_sizes_are_the_released_tokenizers():
     assert REAL_VOCAB_SIZES == (32000, 128256, 151936, 256000)
 
 
-def test_measured_family_frequencies(measure, assert_min_share):
-    # Paired with a seed, as the cases use it (alone, the one-value families are
-    # exhausted after one example each: Hypothesis does not repeat an example).
-    counts = measure(st.tuples(vocab_sizes(), st.integers(0, 2**32 - 1)),
-                     lambda t: vocab_size_family(t[0]))
-    print("vocab_sizes family counts:", dict(counts))
-    assert_min_share(counts, VOCAB_FAMILIES)
+def test_every_family_is_reachable(reach):
+    reach(vocab_sizes(), vocab_size_family, VOCAB_FAMILIES)
 
 
-def test_every_edge_value_is_reachable(measure):
-    counts = measure(vocab_sizes(families=["real", "one", "two"]), lambda v: v)
-    assert set(counts) == {1, 2, *REAL_VOCAB_SIZES}
+def test_every_edge_value_is_reachable(reach, every_example):
+    reach(vocab_sizes(families=["real", "one", "two"]), lambda v: v, {1, 2, *REAL_VOCAB_SIZES})
+    assert set(every_example(vocab_sizes(families=["real", "one", "two"]), n=50)) <= {
+        1, 2, *REAL_VOCAB_SIZES}
 
 
-def test_narrow_bounds_keep_only_fitting_families(measure):
-    counts = measure(vocab_sizes(min_size=8000, max_size=9000), vocab_size_family, n=60)
-    assert set(counts) <= {"tile_edge", "arbitrary"} and "tile_edge" in counts
+def test_narrow_bounds_keep_only_fitting_families(reach, every_example):
+    sizes = every_example(vocab_sizes(min_size=8000, max_size=9000), n=60)
+    assert {vocab_size_family(v) for v in sizes} <= {"tile_edge", "arbitrary"}
+    assert all(8000 <= v <= 9000 for v in sizes)
+    reach(vocab_sizes(min_size=8000, max_size=9000), vocab_size_family,
+          ["tile_edge", "arbitrary"])
 
 
 @pytest.mark.parametrize(
