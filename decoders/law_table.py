@@ -39,7 +39,7 @@ import torch
 from .params import BatchedParams
 from .sampling import sample_from_probs, sample_from_table
 
-__all__ = ["LawTable", "MIN_ROWS", "SHARE_MIN_VOCAB", "distinct_rows", "model_laws", "params_key"]
+__all__ = ["LawTable", "MIN_ROWS", "SHARE_MIN_VOCAB", "distinct_rows", "model_laws", "params_key", "shared_laws"]
 
 MIN_ROWS = 8
 """Fewest rows processed at once (the table is padded with repeats), and fewest rows a
@@ -211,8 +211,40 @@ def model_laws(
     LawTable
     """
     B, n = positions.shape
-    N = B * n
-    logits = model(input_ids, positions).reshape(N, -1)  # [N, V]
+    logits = model(input_ids, positions).reshape(B * n, -1)  # [N, V]
+    return shared_laws(logits, params, history, process=process, extra=extra, keep_logits=keep_logits,
+                       share=share)
+
+
+def shared_laws(
+    logits: torch.Tensor,
+    params: BatchedParams,
+    history: torch.Tensor,
+    *,
+    process: Process | None,
+    extra: tuple[torch.Tensor, ...] = (),
+    keep_logits: bool = False,
+    share: bool = True,
+) -> LawTable:
+    """The processed laws of ``N`` rows of logits, each distinct row processed once.
+
+    Shape: ``logits [N, V]``, ``params`` and ``history [N, H]`` with ``N`` rows -> a
+    :class:`LawTable` of ``N`` rows whose :meth:`LawTable.rows` equal
+    ``process(logits, params, history, *extra)`` bit for bit (the module docstring says
+    why; ``process`` must be row-wise, as every processing of this package is).
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        Shape ``[N, V]``, floating point.
+    params, history, process, extra, keep_logits, share
+        As in :func:`model_laws`.
+
+    Returns
+    -------
+    LawTable
+    """
+    N = logits.shape[0]
     if (not share or process is None or N < MIN_ROWS or logits.shape[1] < SHARE_MIN_VOCAB
             or logits.device.type != "cpu"):  # elsewhere a row's reduction may depend on the batch
         probs = process(logits, params, history, *extra) if process is not None else None

@@ -101,16 +101,28 @@ def _venv_selected(config) -> bool:
     return "venv" in (config.getoption("markexpr") or "")
 
 
+def _nightly() -> bool:
+    return settings._current_profile == "nightly"
+
+
 def pytest_collection_modifyitems(session, config, items):
+    skipped = set()
     if not _venv_selected(config):  # ~1 min of pip: only when asked for (-m venv)
         skip = pytest.mark.skip(reason="builds a fresh virtualenv; select with -m venv")
         for item in items:
             if item.get_closest_marker("venv") is not None:
                 item.add_marker(skip)
+    if not _nightly():  # the long versions of CI tests: under the nightly profile only
+        skip = pytest.mark.skip(reason="nightly: runs under the nightly profile (tox -e nightly, or "
+                                       "SPECEXACT_HYPOTHESIS_PROFILE=nightly)")
+        for item in items:
+            if item.get_closest_marker("nightly") is not None:
+                item.add_marker(skip)
+                skipped.add(item.nodeid)
     declared = 0
-    for item in items:
+    for item in items:  # a test skipped here spends nothing of this session's ledger
         marker = item.get_closest_marker("statistical")
-        if marker is not None:
+        if marker is not None and item.nodeid not in skipped:
             declared += int(marker.kwargs.get("checks", 1))
     capacity = _capacity()
     if declared > capacity:

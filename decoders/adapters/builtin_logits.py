@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from specexact.decoders.law_table import shared_laws
 from specexact.decoders.params import batch_params
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID, verify
@@ -88,15 +89,19 @@ class LogitsLevelVerifier:
         return candidate_histories(inputs)
 
     def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
-        """Shape: ``-> [B, K+1, V]``: the target's law after each candidate prefix."""
+        """Shape: ``-> [B, K+1, V]``: the target's law after each candidate prefix.
+
+        Each distinct ``(logits, parameters, history, prompt)`` row is processed once
+        (:func:`~specexact.decoders.law_table.shared_laws`; the processing is row-wise, so
+        the result is the same bit for bit as processing every row)."""
         B, K = inputs.draft_token_ids.shape
         V = inputs.vocab_size
         hist = self.candidate_histories(inputs)  # [B, K+1, H']
         params = batch_params(list(inputs.target_params), B, inputs.target_logits.device).repeat_interleave(K + 1)
-        probs = self.processing(inputs.target_logits.reshape(B * (K + 1), V), params,
-                                hist.reshape(B * (K + 1), -1),
-                                inputs.prompt_token_ids.repeat_interleave(K + 1, dim=0))
-        return probs.reshape(B, K + 1, V)
+        table = shared_laws(inputs.target_logits.reshape(B * (K + 1), V), params, hist.reshape(B * (K + 1), -1),
+                            process=self.processing,
+                            extra=(inputs.prompt_token_ids.repeat_interleave(K + 1, dim=0),))
+        return table.rows().reshape(B, K + 1, V)
 
     def verify_logits(self, inputs: LogitsVerifyInputs, generator: torch.Generator | None = None) -> torch.Tensor:
         """``-> LongTensor [B, K+1]`` (the ``verify`` output).

@@ -103,6 +103,43 @@ def test_other_orders_run_and_declare_themselves():
     assert v.metadata()["processing"]["order"] == list(proc.order)
 
 
+@pytest.mark.parametrize("scope", ["output", "prompt_and_output"])
+def test_target_probs_share_repeated_rows_bit_for_bit(scope):
+    """Rows repeated in (logits, params, history, prompt) are processed once: the laws equal
+    the processing of every row bit for bit, and a row differing in any one of the four
+    gets its own law (V >= SHARE_MIN_VOCAB, so the shared path is taken)."""
+    from specexact.decoders.law_table import SHARE_MIN_VOCAB
+
+    proc = LogitsProcessing(order=("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
+                            repetition_penalty_scope=scope, greedy=False)
+    B, K, V = 12, 2, SHARE_MIN_VOCAB + 1
+    g = torch.Generator().manual_seed(3)
+    row = torch.randn(V, generator=g)
+    top = row.topk(3).indices.tolist()  # kept by every truncation below
+    logits = row.expand(B, K + 1, V).clone()
+    logits[5, 1, top[0]] += 1.0  # one logit differs in one row
+    drafts = torch.tensor([[top[0], top[1]]]).expand(B, K).clone()
+    drafts[7, 0] = top[2]  # another token in the history of row 7's later prefixes
+    prompts = torch.tensor([[V - 1, V - 2]]).expand(B, 2).clone()
+    prompts[9, 0] = top[2]  # counted by a prompt-and-output repetition penalty only
+    params = [SamplingParams(temperature=0.8, top_k=50, top_p=0.9, min_p=0.01, repetition_penalty=1.4)] * B
+    params[10] = SamplingParams(temperature=0.7, top_k=50, top_p=0.9, min_p=0.01, repetition_penalty=1.4)
+    x = LogitsVerifyInputs(draft_token_ids=drafts, draft_probs=torch.full((B, K, V), 1 / V),
+                           target_logits=logits, target_params=tuple(params),
+                           prompt_token_ids=prompts, output_token_ids=torch.tensor([[4, 5]]).expand(B, 2))
+    v = LogitsLevelVerifier(proc)
+    shared = v.target_probs(x)
+    from specexact.decoders.params import batch_params
+    every_row = proc(logits.reshape(B * (K + 1), V), batch_params(params, B).repeat_interleave(K + 1),
+                     candidate_histories(x).reshape(B * (K + 1), -1), prompts.repeat_interleave(K + 1, dim=0))
+    assert torch.equal(shared, every_row.reshape(B, K + 1, V))
+    assert not torch.equal(shared[5, 1], shared[0, 1]) and torch.equal(shared[5, 0], shared[0, 0])
+    assert not torch.equal(shared[7, 2], shared[0, 2]) and torch.equal(shared[7, 0], shared[0, 0])
+    assert not torch.equal(shared[10, 0], shared[0, 0])
+    if scope == "prompt_and_output":
+        assert not torch.equal(shared[9, 0], shared[0, 0])
+
+
 def test_supplied_uniforms_give_verify_logits_output_for_the_uniforms_it_draws():
     from specexact.decoders import verify
     from specexact.decoders.adapters import takes_uniforms, uniforms_dtype_of
