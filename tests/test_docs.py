@@ -284,7 +284,8 @@ def test_mkdocs_build_strict(tmp_path):
         pytest.skip(f"the docs extra is not installed (pip install -e '.[docs]'): no {', '.join(missing)}")
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                             cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1",
+                                 "SPECEXACT_DOCS_SRC": str(tmp_path / "docs-src")})
     assert result.returncode == 0, result.stdout + result.stderr
     for module, page in REFERENCED.items():
         html = (tmp_path / "site" / Path(page).relative_to("docs").with_suffix("") / "index.html").read_text()

@@ -16,8 +16,12 @@ import shutil
 import tomllib
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 ROOT = Path(__file__).resolve().parents[2]
-TREE = ROOT / "build" / "docs-src"
+#: Where the tree is written: ``build/docs-src``, or ``$SPECEXACT_DOCS_SRC`` (mkdocs.yml reads
+#: the same variable), so that a build in a test has a tree of its own.
+TREE = Path(os.environ.get("SPECEXACT_DOCS_SRC") or ROOT / "build" / "docs-src")
 
 
 def build_tree(root: Path = ROOT, tree: Path = TREE) -> Path:
@@ -40,6 +44,9 @@ def build_tree(root: Path = ROOT, tree: Path = TREE) -> Path:
     return tree
 
 
+# First of every plugin's on_config: mkdocstrings' python handler keeps only the paths that
+# exist when it is configured, so the tree must exist before (a fresh clone has no build/).
+@event_priority(100)
 def on_config(config, **_kwargs):
     build_tree()
     return config

@@ -50,8 +50,13 @@ _slowed = {"done": False}
 
 def slow_once_on_v12(ids, draft_probs, target_probs, generator=None):
     """Sleeps SPECEXACT_TEST_STALL_SECONDS once, in the first call of case v12-eos-cut (so a
-    test can act while the audit runs), then is exactly the built-in verifier."""
+    test can act while the audit runs), then is exactly the built-in verifier. With
+    SPECEXACT_TEST_STALL_UNTIL (a path) set too, the sleep ends as soon as that file exists:
+    the test says when it is done, whatever the machine's load."""
     if draft_probs.shape[-1] == 12 and not _slowed["done"]:
         _slowed["done"] = True
-        time.sleep(float(os.environ.get("SPECEXACT_TEST_STALL_SECONDS", "0")))
+        deadline = time.monotonic() + float(os.environ.get("SPECEXACT_TEST_STALL_SECONDS", "0"))
+        until = os.environ.get("SPECEXACT_TEST_STALL_UNTIL")
+        while time.monotonic() < deadline and not (until and os.path.exists(until)):
+            time.sleep(0.05)
     return verify(ids, draft_probs, target_probs, generator)

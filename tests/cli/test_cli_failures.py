@@ -137,7 +137,7 @@ def test_same_audit_running_twice_the_second_says_why_and_the_first_is_unharmed(
             "--no-html", "--threads", "1", "--no-fuzz", "--sampler", "faulty_samplers:slow_once_on_v12",
             "--false-fail-rate", str(alpha * V8_CHECKS), "--report-dir", str(tmp_path / "r")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]),
-           "SPECEXACT_TEST_STALL_SECONDS": "20"}
+           "SPECEXACT_TEST_STALL_SECONDS": "300", "SPECEXACT_TEST_STALL_UNTIL": str(tmp_path / "go")}
     first = subprocess.Popen([sys.executable, "-m", "specexact", *args], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -150,6 +150,7 @@ def test_same_audit_running_twice_the_second_says_why_and_the_first_is_unharmed(
         assert second.returncode == 2
         line = one_line_error(second.stderr)
         assert f"pid {first.pid}" in line and "--no-journal" in line
+        (tmp_path / "go").touch()  # the first audit may go on
         out, err = first.communicate(timeout=300)
     finally:
         first.kill()
