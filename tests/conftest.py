@@ -53,6 +53,7 @@ def _freeze_hypothesis_local_constants() -> None:
     simply not pinned and a warning says so.)
     """
     import importlib
+    import importlib.util
     import pkgutil
     import warnings
 
@@ -65,6 +66,8 @@ def _freeze_hypothesis_local_constants() -> None:
     for name in sorted(set(names)):
         if not name.endswith("__main__"):  # importing it would run the command
             importlib.import_module(name)
+    if importlib.util.find_spec("hypothesis.internal.constants_ast") is None:
+        return  # a Hypothesis older than its local-constant pool (e.g. 6.116): nothing to pin
     try:
         from hypothesis.internal.conjecture import providers
 
