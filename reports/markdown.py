@@ -99,6 +99,40 @@ def _diagnosis_section(report: dict) -> list[str]:
     return lines
 
 
+def _findings_section(report: dict) -> list[str]:
+    """Every finding (fuzz findings included), grouped by tier with the counts, saying which
+    tiers fail the audit (:mod:`specexact.audit.tiers`)."""
+    from specexact.audit.report import report_findings
+    from specexact.audit.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
+
+    findings = report_findings(report)
+    if not findings:
+        return []
+    bad = failing_tiers(bool((report.get("settings") or {}).get("strict_inputs")))
+    counts = tier_counts(findings)
+    lines = ["## Findings", "",
+             "By tier: " + ", ".join(f"{TIER_LABELS[t]} **{counts[t]}**" if counts[t] else f"{TIER_LABELS[t]} 0"
+                                     for t in TIERS), ""]
+    for tier, group in findings_by_tier(findings):
+        how = "fails the audit" if tier in bad else "listed, does not fail the audit (`--strict-inputs` makes it fail)"
+        lines += [f"### {_cell(TIER_LABELS.get(tier, tier))} ({len(group)}) — {how}", "",
+                  f"*{_cell(TIER_TEXT.get(tier, ''))}*", ""]
+        for f in group:
+            kind = f.get("kind")
+            lines.append(f"- **{_cell(f['case'])} / {_cell(f['check'])}**"
+                         + (f" ({_cell(kind)})" if kind else "") + f": {_cell(f['message'])}")
+            if f.get("source") == "fuzz":
+                lines.append(f"  - shrunk example: {_code(f.get('example'))}; replay: Fuzz finding "
+                             f"{int(f.get('fuzz_index') or 0) + 1} below")
+                continue
+            if f.get("worst"):
+                worst = "; ".join(f"{_cell(w[0])}: observed {_fmt(w[1])}, expected {_fmt(w[2])}" for w in f["worst"][:3])
+                lines.append(f"  - worst: {worst}")
+            lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
+        lines.append("")
+    return lines
+
+
 def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
     """Render an audit report (the dict of :func:`specexact.audit.run_audit`) as Markdown.
 
@@ -154,17 +188,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         f"`asymptotic` = chi-square approximation on bins of {_min_expected(report)} expected counts.",
         "",
     ]
-    if report["findings"]:
-        lines += ["## Findings", ""]
-        for f in report["findings"]:
-            kind = f.get("kind")
-            lines.append(f"- **{_cell(f['case'])} / {_cell(f['check'])}**"
-                         + (f" ({_cell(kind)})" if kind else "") + f": {_cell(f['message'])}")
-            if f.get("worst"):
-                worst = "; ".join(f"{_cell(w[0])}: observed {_fmt(w[1])}, expected {_fmt(w[2])}" for w in f["worst"][:3])
-                lines.append(f"  - worst: {worst}")
-            lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
-        lines.append("")
+    lines += _findings_section(report)
     lines += fuzz_markdown(report)  # the fuzz phase (reports/fuzz_section.py)
     plan_cases = {c["name"]: c for c in plan.get("cases") or []}
     lines += ["## Cases", "",
