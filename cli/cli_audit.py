@@ -352,7 +352,7 @@ def audit_command(args) -> int:
     except JournalBusy as exc:
         raise CliError(f"{exc}; wait for it to finish, or run with --no-journal or another --report-dir") from exc
     except OSError as exc:
-        raise CliError(os_error_line(exc, "the audit could not write its journal:")) from exc
+        raise CliError(os_error_line(exc, "the audit could not write its journal")) from exc
     print_table(report)
     journal_path = report.pop("journal", None)
     journal = held_journal(journal_path) if journal_path else None
