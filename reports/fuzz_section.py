@@ -15,8 +15,9 @@ __all__ = ["fuzz_markdown", "fuzz_html"]
 
 
 def _cell(text: object) -> str:
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|").replace("\r", " ").replace("\n", " "))
+    from .markdown import _cell as cell  # one escaping rule for the whole report
+
+    return cell(text)
 
 
 def _code(text: object) -> str:

@@ -1,14 +1,15 @@
 """Human-readable audit report in Markdown.
 
 Text that comes from a sampler (names, exception messages, outcome labels) is escaped so
-it renders literally: ``|`` and newlines cannot break a table, ``<`` ``>`` ``&`` become
-entities (no HTML injection where Markdown is rendered as HTML), backticks cannot end a
-code span.
+it renders literally: ``|`` and newlines cannot break a table, ``<`` (with ``>``) and an
+``&`` that would start an entity become entities (no HTML injection where Markdown is
+rendered as HTML, while ``>= 200`` stays as written), backticks cannot end a code span.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 from .baseline_text import baseline_headline, baseline_lines
@@ -32,9 +33,18 @@ def _fmt(x, spec=".3g") -> str:
     return format(x, spec)
 
 
+_ENTITY = re.compile(r"&(?=#?\w+;)")
+
+
 def _cell(text: object) -> str:
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|").replace("\r", " ").replace("\n", " "))
+    """``text`` as literal Markdown on one line (a table cell, a list item): ``<`` and an
+    ``&`` that would start an entity become entities (no HTML, no entity read); ``>`` only
+    where a ``<`` could pair with it, so ``>= 200`` stays readable in the file;
+    ``|`` and line breaks cannot break a table."""
+    t = _ENTITY.sub("&amp;", str(text))
+    if "<" in t:
+        t = t.replace("<", "&lt;").replace(">", "&gt;")
+    return t.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _code(text: object) -> str:
