@@ -34,16 +34,16 @@ def _fmt(x, spec=".3g") -> str:
 
 
 _ENTITY = re.compile(r"&(?=#?\w+;)")
+_TAG = re.compile(r"<(/?[A-Za-z!?][^<>]*)>")
 
 
 def _cell(text: object) -> str:
     """``text`` as literal Markdown on one line (a table cell, a list item): ``<`` and an
     ``&`` that would start an entity become entities (no HTML, no entity read); ``>`` only
-    where a ``<`` could pair with it, so ``>= 200`` stays readable in the file;
+    where it closes a tag-like ``<x ...>``, so ``>= 200`` stays readable in the file;
     ``|`` and line breaks cannot break a table."""
     t = _ENTITY.sub("&amp;", str(text))
-    if "<" in t:
-        t = t.replace("<", "&lt;").replace(">", "&gt;")
+    t = _TAG.sub(lambda m: f"&lt;{m.group(1)}&gt;", t).replace("<", "&lt;")
     return t.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
