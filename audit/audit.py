@@ -52,6 +52,7 @@ def _settings_dict(resolved: ResolvedAudit) -> dict:
         "shard": None if s.shard is None else {"index": s.shard[0], "count": s.shard[1],
                                                "cases": [c.name for c in resolved.run_cases]},
         "audit_key": resolved.key,
+        "strict_inputs": bool(s.strict_inputs),
         "processing": {"level": resolved.sampler.level, **resolved.sampler.processing.to_dict()},
         "skipped_cases": resolved.skipped,
     }

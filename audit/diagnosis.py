@@ -42,9 +42,15 @@ Derived parts — **heuristics**, stated as such in the report:
 - *fuzz findings* (exact, from the fuzz phase's rules, :data:`FUZZ_RULE_PARTS`) fail their
   part too: the acceptance-rule probes and an accepted draft of target probability 0 the
   acceptance rule; a zero-probability last token (recovered or bonus) the recovered token;
-  a crash, hang, protocol violation, modified input or invalid input not refused the
-  protocol; a generator not used, or the same generator state giving different output,
-  reproducibility. Never explained away by another culprit.
+  a crash, hang, protocol violation or modified input the protocol; invalid input not
+  refused (or refused with the wrong exception) the input validation; a generator not
+  used, or the same generator state giving different output, reproducibility. Never
+  explained away by another culprit.
+- *tiers* (:mod:`specexact.audit.tiers`): every failing part carries the tier of its most
+  severe failure (``tier``: ``inexact``, ``defect``, ``under_accepting`` or
+  ``hardening``; null when it does not fail). A part that fails only at the hardening
+  tier (input validation) is named after the culprits (``summary``: ``hardening: ...``),
+  and is a culprit itself only under ``strict_inputs``.
 - *hints*: violations that all sit at near ties ``p ~ q`` point at a verifier that uses a
   slightly different law than it was given (rounded to a lower precision, renormalised);
   rejections of sure drafts that all have ``p / q`` just above 1 point at a scaled-down
@@ -57,6 +63,7 @@ import math
 from collections import defaultdict
 
 from .decisions_replay import replay_snippet
+from .tiers import TIERS, tier_of_check, tier_of_fuzz_rule
 
 __all__ = ["PARTS", "CHECK_PARTS", "FUZZ_RULE_PARTS", "ALIGN_MIN_NATS", "ALIGN_NATS_PER_EVENT", "diagnose"]
 
@@ -70,6 +77,7 @@ PARTS = (
     ("reproducibility", "reproducibility (fresh randomness per call)"),
     ("eos_cut", "EOS / max_new_tokens"),
     ("protocol", "protocol (crash, hang, output)"),
+    ("input_validation", "input validation (invalid input refused)"),
     ("emitted_law", "emitted law (sequences)"),
 )
 """Every part, in report order: ``(key, label)``."""
@@ -90,7 +98,7 @@ CHECK_PARTS = {
 FUZZ_RULE_PARTS = {
     "acceptance_rule": "acceptance_rule", "zero_probability_token": "acceptance_rule",
     "no_crash": "protocol", "no_hang": "protocol", "output_protocol": "protocol", "inputs_unmodified": "protocol",
-    "refuses_invalid_input": "protocol",
+    "refuses_invalid_input": "input_validation",
     "uses_generator": "reproducibility", "same_generator_same_output": "reproducibility",
 }
 """The part a fuzz finding's rule fails (a zero-probability *last* token goes to the
@@ -351,6 +359,29 @@ def _add_fuzz_findings(report: dict, parts: dict) -> set:
     return hit
 
 
+def _worst_tier(tiers) -> str | None:
+    """The most severe of ``tiers`` (:data:`~specexact.audit.tiers.TIERS` order), or None."""
+    found = [t for t in TIERS if t in set(tiers)]
+    return found[0] if found else None
+
+
+def _add_tiers(report: dict, parts: dict, grouped: dict) -> None:
+    """Set each part's ``tier``: the most severe tier of its failing checks (as the report's
+    findings state them, else from the check) and fuzz findings; the derived parts fail at
+    ``inexact``; null for a part that does not fail."""
+    stated = {(f.get("case"), f.get("check")): f.get("tier") for f in report.get("findings") or []
+              if f.get("source") != "fuzz" and f.get("tier")}
+    fuzz = [f for f in (report.get("fuzz") or {}).get("findings") or []]
+    for key, p in parts.items():
+        if p["status"] != "fail":
+            p["tier"] = None
+            continue
+        tiers = [stated.get((c["case"], c["name"])) or tier_of_check(c["name"])
+                 for c in grouped.get(key, []) if not c["passed"]]
+        tiers += [tier_of_fuzz_rule(f.get("rule")) for f in fuzz if _fuzz_part(f) == key]
+        p["tier"] = _worst_tier(tiers) or "inexact"
+
+
 def diagnose(report: dict) -> dict:
     """The diagnosis of a report (module docstring).
 
@@ -363,10 +394,12 @@ def diagnose(report: dict) -> dict:
     Returns
     -------
     dict
-        ``summary`` (one line), ``culprits`` (part keys at fault, strongest first),
-        ``parts`` (one entry per :data:`PARTS`: ``part``, ``label``, ``status``,
-        ``checks_run``, ``failed``, ``evidence``, ``explained_by``, ``heuristic``, ``event``,
-        ``replay``) and ``notes`` (hints, heuristic).
+        ``summary`` (one line), ``culprits`` (part keys at fault, strongest first; a part
+        failing only at the hardening tier only with ``settings["strict_inputs"]``),
+        ``hardening`` (the parts failing only at the hardening tier, since 1.6), ``parts``
+        (one entry per :data:`PARTS`: ``part``, ``label``, ``status``, ``tier``,
+        ``checks_run``, ``failed``, ``evidence``, ``explained_by``, ``heuristic``,
+        ``event``, ``replay``) and ``notes`` (hints, heuristic).
 
     Raises
     ------
@@ -387,6 +420,10 @@ def diagnose(report: dict) -> dict:
     if parts["protocol"]["status"] == "not_tested" and checks:
         # every verifier output of every case passed the protocol check (a defect check otherwise)
         parts["protocol"].update(status="pass", checks_run=len({c["case"] for c in checks}))
+    invalid = [f for f in (report.get("fuzz") or {}).get("families") or []
+               if str(f.get("name", "")).endswith("invalid_inputs") and f.get("examples")]
+    if invalid:  # the fuzz phase tried invalid inputs
+        parts["input_validation"].update(status="pass", checks_run=len(invalid))
     fuzz_hit = _add_fuzz_findings(report, parts)
     parts["position_alignment"] = _alignment(checks, parts)
     parts["per_prefix_processing"] = _per_prefix(checks, parts, level)
@@ -399,6 +436,9 @@ def diagnose(report: dict) -> dict:
                                       f"position γ (log-likelihood +{g[0]:.0f} nats over {g[1]}): drawn from the wrong "
                                       "position")
                 break
+    _add_tiers(report, parts, grouped)
+    strict = bool(settings.get("strict_inputs"))
+    hardening = [k for k, _ in PARTS if parts[k]["tier"] == "hardening"]
     culprits = []
     for k in ("protocol", "position_alignment", "per_prefix_processing", "independence", "reproducibility", "eos_cut"):
         if parts[k]["status"] == "fail":
@@ -424,6 +464,8 @@ def diagnose(report: dict) -> dict:
             parts["emitted_law"]["explained_by"] = culprits[0]
         else:
             culprits.append("emitted_law")
+    if strict:
+        culprits += [k for k in hardening if k not in culprits]
     labels = dict(PARTS)
     if culprits:
         summary = "faulty: " + ", ".join(labels[k] for k in culprits)
@@ -431,5 +473,8 @@ def diagnose(report: dict) -> dict:
         summary = "no part found faulty"
     else:
         summary = "nothing was tested"
-    return {"summary": summary, "culprits": culprits, "parts": [parts[k] for k, _ in PARTS],
+    if hardening and not strict:
+        summary += "; hardening (does not fail the audit without strict inputs): " + ", ".join(
+            labels[k] for k in hardening)
+    return {"summary": summary, "culprits": culprits, "hardening": hardening, "parts": [parts[k] for k, _ in PARTS],
             "notes": _hints(checks)}

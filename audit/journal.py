@@ -56,6 +56,14 @@ def lock_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.stem + ".lock")
 
 
+def _named(exc: OSError, path) -> OSError:
+    """``exc`` naming ``path`` when it names no file (a failed ``write`` or ``fsync`` on a
+    descriptor), so the command's one-line error says which journal could not be written."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc) or type(exc).__name__, os.fspath(path))
+
+
 class JournalBusy(RuntimeError):
     """Another process is running the same audit and holds its journal.
 
@@ -261,6 +269,9 @@ class Journal:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise _named(exc, path) from exc
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -279,6 +290,8 @@ class Journal:
                 written = os.write(fd, view)
                 view = view[written:]
             os.fsync(fd)
+        except OSError as exc:
+            raise _named(exc, self.path) from exc
         finally:
             os.close(fd)
 

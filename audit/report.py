@@ -16,14 +16,15 @@ from specexact.exactness.budget import benjamini_hochberg
 
 from .decisions_checks import DECISION_CHECK_NAMES, DECISION_CHECKS
 from .diagnosis import diagnose
+from .tiers import fails, tier_counts, tier_of, tier_of_check
 from .verify_case import VERIFY_CHECKS
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms", "add_diagnosis",
-           "acceptance_rows", "lossy_measurements", "under_accepting"]
+           "acceptance_rows", "lossy_measurements", "under_accepting", "fuzz_report_findings", "report_findings"]
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 
@@ -155,6 +156,54 @@ def _generated_reproduction(case: dict, settings: dict, sampler: dict, nb: int, 
     }
 
 
+def _fuzz_command(sampler: dict, fuzz: dict) -> str:
+    """The ``specexact fuzz`` command that reruns the exact families of the audit's fuzz phase."""
+    fs = fuzz.get("settings") or {}
+    parts = ["specexact", "fuzz", "--sampler", _shell_quote(sampler["name"]), "--seed", str(fs.get("seed", 0)),
+             "--profile", str(fs.get("profile") or "ci"), "--exact-only"]
+    if fs.get("examples_per_family"):
+        parts += ["--examples", str(int(fs["examples_per_family"]))]
+    return " ".join(parts)
+
+
+def fuzz_report_findings(fuzz: dict | None, sampler: dict) -> list[dict]:
+    """The fuzz phase's findings as entries of the report's ``findings`` (since 1.6):
+    ``source`` ``"fuzz"``, ``case`` ``"fuzz"``, ``check`` ``"family / rule"``, ``kind``
+    ``"fuzz"``, the tier of the rule, p-value 0 (an exact rule), ``fuzz_index`` (the
+    finding's index in ``fuzz.findings``) and a ``reproduction`` whose ``python`` is the
+    finding's replay script."""
+    out = []
+    for i, f in enumerate((fuzz or {}).get("findings") or []):
+        out.append({
+            "source": "fuzz",
+            "case": "fuzz",
+            "check": f"{f['family']} / {f['rule']}",
+            "kind": "fuzz",
+            "tier": tier_of(f),
+            "message": f["message"] + (f" (= {f['known_as']})" if f.get("known_as") else ""),
+            "pvalue": 0.0,
+            "worst": [],
+            "defect": None,
+            "family": f["family"],
+            "rule": f["rule"],
+            "example": f.get("example"),
+            "known_as": f.get("known_as"),
+            "fuzz_index": i,
+            "reproduction": {"command": _fuzz_command(sampler, fuzz), "python": f.get("replay") or ""},
+        })
+    return out
+
+
+def report_findings(report: dict) -> list[dict]:
+    """Every finding of ``report``, each with its ``tier``: the report's ``findings``, and
+    for a report older than 1.6 (whose ``findings`` left the fuzz phase's out) its fuzz
+    findings too. For the renderers, which also read older reports."""
+    findings = [f if f.get("tier") else {**f, "tier": tier_of(f)} for f in report.get("findings") or []]
+    if "tiers" not in report and not any(f.get("source") == "fuzz" for f in findings):
+        findings += fuzz_report_findings(report.get("fuzz"), report.get("sampler") or {"name": "?"})
+    return findings
+
+
 def _shell_quote(text: str) -> str:
     if re.fullmatch(r"[A-Za-z0-9_.:/=+-]+", text or ""):
         return text
@@ -248,8 +297,10 @@ def build_report(
 
     Used by :func:`run_audit` and by :func:`specexact.audit.shard.merge_reports`, so a
     merged report is computed exactly as an unsharded one. ``fuzz`` is the fuzz stage's
-    result (:meth:`specexact.fuzz.FuzzResult.to_dict`, since 1.3): its findings fail the
-    audit too.
+    result (:meth:`specexact.fuzz.FuzzResult.to_dict`, since 1.3): its findings join the
+    report's ``findings`` (since 1.6). Every finding has a tier (:mod:`specexact.audit.tiers`);
+    ``verdict`` is ``"fail"`` when one of a failing tier is found (``hardening`` only with
+    ``settings["strict_inputs"]``).
     """
     alpha = settings["per_check_false_fail_rate"]
     flat = []
@@ -278,18 +329,23 @@ def build_report(
                            + (f" (token-wise optimum {optimum:.4g})" if isinstance(optimum, (int, float)) else "")
                            + f"; p={float(chk['pvalue']):.3g} <= {alpha:.3g}")
             findings.append({
+                "source": "check",
                 "case": case["name"],
                 "check": chk["name"],
                 "kind": kind,
+                "tier": tier_of_check(chk["name"], kind),
                 "message": message,
                 "pvalue": chk["pvalue"],
                 "worst": [list(w) for w in chk.get("worst", [])],
                 "defect": case.get("defect"),
                 "reproduction": _reproduction(case, settings, sampler),
             })
-    verdict = "pass" if all(c["verdict"] == "pass" for c in case_dicts) else "fail"
-    if fuzz is not None and fuzz.get("findings"):
-        verdict = "fail"
+    if fuzz is not None:  # each fuzz finding with its tier, also in the fuzz section
+        fuzz = {**fuzz, "findings": [{**f, "tier": tier_of(f)} for f in fuzz.get("findings") or []]}
+    findings += fuzz_report_findings(fuzz, sampler)
+    strict = bool(settings.get("strict_inputs", False))
+    # By tier (audit/tiers.py): hardening findings fail the audit only with strict_inputs.
+    verdict = "fail" if (fails(findings, strict) or any(c["verdict"] != "pass" for c in case_dicts)) else "pass"
     report = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -306,6 +362,7 @@ def build_report(
         "cases": list(case_dicts),
         "checks": flat,
         "findings": findings,
+        "tiers": tier_counts(findings),
         "accepted_length": accepted_length_histograms(flat),
         "acceptance": acceptance_rows(flat),
         "lossy_measurements": lossy_measurements(flat),

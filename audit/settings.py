@@ -80,6 +80,10 @@ class AuditSettings:
     fuzz_database_dir : path, optional
         Hypothesis example database of the fuzz phase (earlier failures replayed first);
         the CLI uses ``<report-dir>/.fuzz-examples``.
+    strict_inputs : bool
+        Hardening findings (invalid input accepted or refused with the wrong exception,
+        :mod:`specexact.audit.tiers`) fail the audit too; by default they are listed and
+        counted but the verdict stays ``"pass"`` (``--strict-inputs``).
 
     Raises
     ------
@@ -108,6 +112,7 @@ class AuditSettings:
     fuzz_profile: str = "ci"
     fuzz_examples: int | None = None
     fuzz_database_dir: str | None = None
+    strict_inputs: bool = False
 
     def __post_init__(self) -> None:
         if self.cases is not None and not isinstance(self.cases, tuple):
@@ -151,6 +156,8 @@ class AuditSettings:
             raise ValueError(f"fuzz_profile must be 'ci' or 'nightly', got {self.fuzz_profile!r}")
         if self.fuzz_examples is not None and (int(self.fuzz_examples) != self.fuzz_examples or self.fuzz_examples < 1):
             raise ValueError(f"fuzz_examples must be an integer >= 1, got {self.fuzz_examples!r}")
+        if not isinstance(self.strict_inputs, bool):
+            raise TypeError(f"strict_inputs must be a bool, got {self.strict_inputs!r}")
         if self.fuzz_database_dir is not None and not isinstance(self.fuzz_database_dir, str):
             object.__setattr__(self, "fuzz_database_dir", os.fspath(self.fuzz_database_dir))
 

@@ -10,7 +10,9 @@ fail, every correct one must pass. Use them the same way to check a harness of y
 All take and return what :func:`specexact.decoders.verify` does, and refuse invalid input
 as it does (:func:`~specexact.decoders.validate_verify_inputs`: the fuzz phase holds every
 sampler to that); randomness comes only from ``generator`` (unless the bug is about
-randomness).
+randomness). The exception is ``UNHARDENED``: correct samplers that skip the validation, whose
+only findings are of the hardening tier (:mod:`specexact.audit.tiers`): an audit passes
+them unless ``--strict-inputs``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from specexact.decoders import PLACEHOLDER_ID, validate_verify_inputs, verify
 
-__all__ = ["WRONG", "CORRECT"]
+__all__ = ["WRONG", "CORRECT", "UNHARDENED", "no_input_validation"]
 
 
 def _assemble(ids: torch.Tensor, num_accepted: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
@@ -234,6 +236,15 @@ def division_form(ids, draft_probs, target_probs, generator=None):
     return _assemble(ids, n, last)
 
 
+# --- correct but unhardened ------------------------------------------------------------------
+
+def no_input_validation(ids, draft_probs, target_probs, generator=None):
+    """The built-in verifier without its input validation: exact on valid input, but invalid
+    input (NaN, negative mass, ids out of range, wrong shapes) is not refused with a
+    ``ValueError`` / ``TypeError`` (hardening findings only)."""
+    return verify(ids, draft_probs, target_probs, generator, validate=False)
+
+
 WRONG = {
     f.__name__: f
     for f in (
@@ -247,3 +258,6 @@ WRONG = {
 CORRECT = {"builtin": verify, "loop_reference": loop_reference, "exponential_race": exponential_race,
            "division_form": division_form}
 """Correct verifiers written differently, by name."""
+
+UNHARDENED = {"no_input_validation": no_input_validation}
+"""Correct verifiers that do not validate their input (hardening findings only), by name."""

@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "failure or defect, or a drop in acceptance beyond its confidence interval)")
     a.add_argument("--baseline-false-alarm-rate", type=float, default=1e-6, metavar="R",
                    help="false-alarm rate of the acceptance-drop comparisons with --baseline (default: 1e-6)")
+    a.add_argument("--strict-inputs", action="store_true",
+                   help="hardening findings (invalid input accepted, or refused with the wrong exception) fail the "
+                        "audit too (exit 1); by default they are listed and counted, and exit 0")
     a.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     a.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch intra-op threads (default: with --budget on the CPU, chosen by timing the pilot "

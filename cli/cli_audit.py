@@ -26,7 +26,7 @@ from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOU
                          CliError, os_error_line)
 from .cli_output import fmt_tv, prepare_dir, prepare_file, print_table, write_outputs
 
-__all__ = ["audit_command", "case_summary", "import_path_as_python_m"]
+__all__ = ["audit_command", "case_summary", "import_path_as_python_m", "print_findings"]
 
 
 def import_path_as_python_m() -> None:
@@ -334,6 +334,7 @@ def audit_command(args) -> int:
                                  journal_dir=None if journal_dir is None else str(journal_dir), fresh=args.fresh,
                                  isolate=args.isolate, case_timeout_s=args.case_timeout,
                                  case_set=("quick" if args.quick else "default"), threads=args.threads,
+                                 strict_inputs=bool(getattr(args, "strict_inputs", False)),
                                  **audit_fuzz_settings(args),
                                  elapsed_before_s=time.perf_counter() - getattr(args, "started", time.perf_counter()))
     except ValueError as exc:
@@ -351,7 +352,7 @@ def audit_command(args) -> int:
     except JournalBusy as exc:
         raise CliError(f"{exc}; wait for it to finish, or run with --no-journal or another --report-dir") from exc
     except OSError as exc:
-        raise CliError(os_error_line(exc, "the audit could not write its journal:")) from exc
+        raise CliError(os_error_line(exc, "the audit could not write its journal")) from exc
     print_table(report)
     journal_path = report.pop("journal", None)
     journal = held_journal(journal_path) if journal_path else None
@@ -378,13 +379,16 @@ def audit_command(args) -> int:
             kept = f"; the journal {journal.path} is kept: run the same command again to write them" if journal else ""
             _error_line(f"interrupted while writing the reports{kept}")
             return EXIT_ERROR
-    _summary(report, paths, console)
+    if baseline_error is not None:
+        status = EXIT_ERROR
+    elif diff is not None:
+        status = fuzz_exit_status(report, EXIT_FAIL if diff.regressed else EXIT_PASS)
+    else:
+        status = fuzz_exit_status(report, EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL)
+    _summary(report, paths, console, status=status, regression=diff is not None)
     if baseline_error is not None:
         _error_line(baseline_error)
-        return EXIT_ERROR
-    if diff is not None:
-        return fuzz_exit_status(report, EXIT_FAIL if diff.regressed else EXIT_PASS)
-    return fuzz_exit_status(report, EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL)
+    return status
 
 
 def _error_line(message: str) -> None:
@@ -392,7 +396,50 @@ def _error_line(message: str) -> None:
     print(f"specexact: error: {message}", file=sys.stderr, flush=True)
 
 
-def _summary(report: dict, paths: dict, console) -> None:
+def _final_verdict(report: dict, status: int, regression: bool) -> str:
+    """The verdict the last line states: the one the exit status follows (in regression mode
+    the comparison with the baseline, with the audit's own verdict beside it)."""
+    word = {EXIT_PASS: "pass", EXIT_FAIL: "fail"}.get(status, "error")
+    if regression and status != EXIT_ERROR:
+        return (f"{word} ({'a regression' if status == EXIT_FAIL else 'no regression'} against the baseline; "
+                f"the audit alone: {report['verdict']})")
+    if status == EXIT_ERROR and report["verdict"] == "pass":
+        return "error (the fuzz phase could not run)" if (report.get("fuzz") or {}).get("error") else "error"
+    return word
+
+
+def print_findings(report: dict, console) -> None:
+    """The findings grouped by tier (:mod:`specexact.audit.tiers`), with the counts and which
+    tiers fail the audit."""
+    from rich.markup import escape
+
+    from specexact.audit.report import report_findings
+    from specexact.audit.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier, tier_counts
+
+    findings = report_findings(report)
+    if not findings:
+        return
+    strict = bool(report["settings"].get("strict_inputs"))
+    bad = failing_tiers(strict)
+    counts = tier_counts(findings)
+    console.print("findings by tier: " + ", ".join(f"{TIER_LABELS[t]} {counts[t]}" for t in TIERS), soft_wrap=True)
+    for tier, group in findings_by_tier(findings):
+        if tier in bad:
+            how = "[red]fails the audit[/]"
+        else:
+            how = "listed, not failing the audit (--strict-inputs makes it fail)"
+        console.print(f"[bold]{escape(TIER_LABELS.get(tier, tier))}[/] ({len(group)}): {how}", soft_wrap=True)
+        for f in group:
+            mark = "[red]finding[/]" if tier in bad else "[yellow]finding[/]"
+            console.print(f"  {mark} {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}",
+                          soft_wrap=True)
+            if f.get("source") == "fuzz":
+                console.print(f"    shrunk example: {escape(str(f.get('example')))}", soft_wrap=True)
+            else:
+                console.print(f"    reproduce: {escape(f['reproduction']['command'])}", soft_wrap=True)  # one line
+
+
+def _summary(report: dict, paths: dict, console, *, status: int, regression: bool = False) -> None:
     from rich.markup import escape
 
     proc = report["settings"].get("processing") or {}
@@ -404,13 +451,10 @@ def _summary(report: dict, paths: dict, console) -> None:
         what = sk["case"] + (f" class{'es' if len(classes) > 1 else ''} {', '.join(map(str, classes))}"
                              if classes and sk.get("kind") != "budget" else "")
         console.print(f"[yellow]skipped[/] {escape(what)}: {escape(sk['reason'])}")
-    for f in report["findings"]:
-        console.print(f"[red]finding[/] {escape(f['case'])} / {escape(f['check'])}: {escape(f['message'])}",
-                      soft_wrap=True)
-        console.print(f"  reproduce: {escape(f['reproduction']['command'])}", soft_wrap=True)  # one line: copyable
-    print_fuzz(report, console)
+    print_findings(report, console)
+    print_fuzz(report, console, findings=False)  # the fuzz findings are among the findings above
     threads = (report["settings"].get("threads") or {}).get("threads")
-    console.print(f"verdict: {report['verdict']}; {report['num_sequences']:,} sequences in "
+    console.print(f"verdict: {_final_verdict(report, status, regression)}; {report['num_sequences']:,} sequences in "
                   f"{report['wall_time_s']:.1f} s" + (f" ({threads} torch thread{'s' if threads != 1 else ''})"
                                                        if threads else "")
                   + "; reports: " + ", ".join(escape(str(p)) for p in paths.values()), soft_wrap=True)

@@ -95,21 +95,27 @@ def fuzz_status(event: dict, console) -> None:
         console.print(f"[yellow]fuzz phase error:[/] {escape(event['error'].splitlines()[0])}")
 
 
-def print_fuzz(report: dict, console) -> None:
-    """The fuzz findings of a report (or of a ``specexact fuzz`` result), one block each."""
+def print_fuzz(report: dict, console, *, findings: bool = True) -> None:
+    """The fuzz phase of a report (or of a ``specexact fuzz`` result): what it tried and,
+    with ``findings``, its findings, one block each (``specexact audit`` lists them among
+    the report's findings by tier instead)."""
     from rich.markup import escape
 
     fuzz = report if str(report.get("schema", "")).startswith("specexact.fuzz") else report.get("fuzz")
     if not fuzz:
         return
     tried = ", ".join(f"{f['name']} {f['examples']}" for f in fuzz["families"])
-    if fuzz["families"]:
+    if fuzz["families"] and not findings and fuzz["findings"]:  # the findings are listed by tier elsewhere
+        n = len(fuzz["findings"])
+        console.print(f"fuzz: {n} finding{'s' if n != 1 else ''}, listed above by tier ({tried} examples; "
+                      f"{fuzz['time_s']:.1f} s)")
+    elif fuzz["families"]:
         console.print(f"fuzz: {fuzz['verdict']} ({tried} examples; {fuzz['time_s']:.1f} s)")
     else:
         console.print("fuzz: nothing run (no family applies to this sampler, below)")
     for n in fuzz.get("not_applicable") or []:
         console.print(f"fuzz: not applicable: {escape(n['what'])}: {escape(n['reason'])}")
-    for f in fuzz["findings"]:
+    for f in fuzz["findings"] if findings else ():
         known = f" = {f['known_as']}" if f.get("known_as") else ""
         console.print(f"[red]fuzz finding[/] {escape(f['family'])} / {escape(f['rule'])}{escape(known)}: "
                       f"{escape(f['message'])}")

@@ -15,8 +15,9 @@ __all__ = ["fuzz_markdown", "fuzz_html"]
 
 
 def _cell(text: object) -> str:
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|").replace("\r", " ").replace("\n", " "))
+    from .markdown import _cell as cell  # one escaping rule for the whole report
+
+    return cell(text)
 
 
 def _code(text: object) -> str:
@@ -49,6 +50,14 @@ def _share(report: dict) -> str:
     return f"{plan.get('examples_per_family') or '-'} examples per family"
 
 
+def _tier_label(finding: dict) -> str:
+    """The finding's tier as reports name it (:mod:`specexact.audit.tiers`)."""
+    from specexact.audit.tiers import TIER_LABELS, tier_of
+
+    tier = finding.get("tier") or tier_of(finding)
+    return TIER_LABELS.get(tier, tier)
+
+
 def fuzz_markdown(report: dict) -> list[str]:
     """Markdown lines of the fuzz section (none when the report has no fuzz phase)."""
     fz = report.get("fuzz")
@@ -74,6 +83,7 @@ def fuzz_markdown(report: dict) -> list[str]:
         known = f" — known as {_code(f['known_as'])}" if f.get("known_as") else ""
         c = f["call"]
         lines += ["", f"### Fuzz finding {k}: {_cell(f['family'])} / {_cell(f['rule'])}{known}", "",
+                  f"- tier: {_cell(_tier_label(f))}",
                   f"- rule: {_cell(f['rule_text'])}",
                   f"- what happened: {_cell(f['message'])}",
                   f"- shrunk example: {_code(f['example'])}",
@@ -107,7 +117,7 @@ _HTML = r"""<h2>Fuzz phase</h2>
 <td>{{ f.rules|join(", ") }}</td></tr>{% endfor %}</table>
 {% for f in fz.findings %}
 <div class="finding">
-  <div class="title"><span class="badge kind small">fuzz</span> {{ f.family }} / {{ f.rule }}
+  <div class="title"><span class="badge kind small">fuzz</span> <span class="badge kind small">{{ tier_label(f) }}</span> {{ f.family }} / {{ f.rule }}
   {% if f.known_as %}<span class="muted">— known as <code>{{ f.known_as }}</code></span>{% endif %}</div>
   <div>{{ f.message }}</div>
   <div class="muted">rule: {{ f.rule_text }}</div>
@@ -133,4 +143,4 @@ def fuzz_html(report: dict) -> str:
     names = set(fz.get("generated_cases") or [])
     generated = [c for c in report.get("cases", []) if c["name"] in names]
     env = jinja2.Environment(autoescape=True)
-    return env.from_string(_HTML).render(fz=fz, share=_share(report), generated=generated)
+    return env.from_string(_HTML).render(fz=fz, share=_share(report), generated=generated, tier_label=_tier_label)

@@ -96,7 +96,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
 {% endif %}
 <div class="cards">
   <div class="card"><div class="v">{{ n_checks - n_failed }} / {{ n_checks }}</div><div class="k">checks passed</div></div>
-  <div class="card"><div class="v">{{ r.findings|length }}</div><div class="k">findings</div></div>
+  <div class="card"><div class="v">{{ tiers.findings|length }}</div><div class="k">findings ({% for t in tiers.counts %}{{ t.label }} {{ t.n }}{% if not loop.last %}, {% endif %}{% endfor %})</div></div>
   <div class="card"><div class="v">{{ "%.3g"|format(s.false_fail_rate) }}</div>
     <div class="k">false-fail rate of the audit ({{ s.correction }} over {{ s.num_checks }} checks:
     {{ "%.3g"|format(s.per_check_false_fail_rate) }} each)</div></div>
@@ -114,19 +114,25 @@ _TEMPLATE = r"""<!DOCTYPE html>
 {% if r.plan and r.plan.note %}<p class="note">{{ r.plan.note }}</p>{% endif %}
 
 <h2>Findings</h2>
-{% if not r.findings %}<p>No evidence of inexactness: every check passed at its false-fail rate.</p>{% endif %}
-{% for f in r.findings %}
+{% if not tiers.findings %}<p>No evidence of inexactness: every check passed at its false-fail rate.</p>{% else %}
+<p>By tier: {% for t in tiers.counts %}{{ t.label }} <b>{{ t.n }}</b>{% if not loop.last %}, {% endif %}{% endfor %}.</p>{% endif %}
+{% for g in tiers.groups %}
+<h3>{{ g.label }} ({{ g.findings|length }}) — {% if g.fails %}fails the audit{% else %}listed, does not fail the audit (<code>--strict-inputs</code> makes it fail){% endif %}</h3>
+<p class="muted">{{ g.text }}</p>
+{% for f in g.findings %}
 <div class="finding">
   <div class="title"><span class="badge kind small">{{ f.kind }}</span> {{ f.case }} / {{ f.check }}</div>
   <div>{{ f.message }}</div>
+  {% if f.source == "fuzz" %}<div>shrunk example: <code>{{ f.example }}</code> (replay: in the fuzz phase below)</div>{% else %}
   {% if f.worst %}<table><tr><th>outcome (worst bins)</th><th class="num">observed</th><th class="num">expected</th></tr>
     {% for w in f.worst %}<tr><td>{{ w[0] }}</td><td class="num">{{ fmt(w[1]) }}</td><td class="num">{{ fmt(w[2]) }}</td></tr>{% endfor %}
   </table>{% endif %}
   <div class="muted">reproduce (same samples):</div>
   <pre>{{ f.reproduction.command }}</pre>
   <details><summary>Python</summary><pre>{{ f.reproduction.python }}</pre></details>
-  {% if f.defect %}<details><summary>defect details</summary><pre>{{ f.defect }}</pre></details>{% endif %}
+  {% if f.defect %}<details><summary>defect details</summary><pre>{{ f.defect }}</pre></details>{% endif %}{% endif %}
 </div>
+{% endfor %}
 {% endfor %}
 {{ fuzz_section|safe }}
 <h2>Do the p-values look uniform?</h2>
@@ -367,6 +373,7 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
         planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
         diagnosis=_diagnosis_rows(report),
+        tiers=_tier_groups(report),
         baseline=({"headline": baseline_headline(report["baseline"]), "lines": baseline_lines(report["baseline"])}
                   if report.get("baseline") else None),
         certified_note=CERTIFIED_TV_NOTE, lossy_text=lossy_interval_text,
@@ -374,6 +381,21 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
                      if a.get("scheme") not in (None, "tokenwise") or a.get("note")],
         fuzz_section=fuzz_html(report),  # escaped by its own template (reports/fuzz_section.py)
     )
+
+
+def _tier_groups(report: dict) -> dict:
+    """Every finding (fuzz findings included) grouped by tier, with the counts and whether
+    the tier fails the audit (:mod:`specexact.audit.tiers`)."""
+    from specexact.audit.report import report_findings
+    from specexact.audit.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
+
+    findings = report_findings(report)
+    bad = failing_tiers(bool((report.get("settings") or {}).get("strict_inputs")))
+    counts = tier_counts(findings)
+    return {"findings": findings,
+            "counts": [{"tier": t, "label": TIER_LABELS[t], "n": counts[t]} for t in TIERS],
+            "groups": [{"tier": t, "label": TIER_LABELS.get(t, t), "text": TIER_TEXT.get(t, ""), "fails": t in bad,
+                        "findings": fs} for t, fs in findings_by_tier(findings)]}
 
 
 def _diagnosis_rows(report: dict) -> list[dict]:

@@ -1,14 +1,15 @@
 """Human-readable audit report in Markdown.
 
 Text that comes from a sampler (names, exception messages, outcome labels) is escaped so
-it renders literally: ``|`` and newlines cannot break a table, ``<`` ``>`` ``&`` become
-entities (no HTML injection where Markdown is rendered as HTML), backticks cannot end a
-code span.
+it renders literally: ``|`` and newlines cannot break a table, ``<`` (with ``>``) and an
+``&`` that would start an entity become entities (no HTML injection where Markdown is
+rendered as HTML, while ``>= 200`` stays as written), backticks cannot end a code span.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 from .baseline_text import baseline_headline, baseline_lines
@@ -32,9 +33,18 @@ def _fmt(x, spec=".3g") -> str:
     return format(x, spec)
 
 
+_ENTITY = re.compile(r"&(?=#?\w+;)")
+_TAG = re.compile(r"<(/?[A-Za-z!?][^<>]*)>")
+
+
 def _cell(text: object) -> str:
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|").replace("\r", " ").replace("\n", " "))
+    """``text`` as literal Markdown on one line (a table cell, a list item): ``<`` and an
+    ``&`` that would start an entity become entities (no HTML, no entity read); ``>`` only
+    where it closes a tag-like ``<x ...>``, so ``>= 200`` stays readable in the file;
+    ``|`` and line breaks cannot break a table."""
+    t = _ENTITY.sub("&amp;", str(text))
+    t = _TAG.sub(lambda m: f"&lt;{m.group(1)}&gt;", t).replace("<", "&lt;")
+    return t.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _code(text: object) -> str:
@@ -99,6 +109,40 @@ def _diagnosis_section(report: dict) -> list[str]:
     return lines
 
 
+def _findings_section(report: dict) -> list[str]:
+    """Every finding (fuzz findings included), grouped by tier with the counts, saying which
+    tiers fail the audit (:mod:`specexact.audit.tiers`)."""
+    from specexact.audit.report import report_findings
+    from specexact.audit.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
+
+    findings = report_findings(report)
+    if not findings:
+        return []
+    bad = failing_tiers(bool((report.get("settings") or {}).get("strict_inputs")))
+    counts = tier_counts(findings)
+    lines = ["## Findings", "",
+             "By tier: " + ", ".join(f"{TIER_LABELS[t]} **{counts[t]}**" if counts[t] else f"{TIER_LABELS[t]} 0"
+                                     for t in TIERS), ""]
+    for tier, group in findings_by_tier(findings):
+        how = "fails the audit" if tier in bad else "listed, does not fail the audit (`--strict-inputs` makes it fail)"
+        lines += [f"### {_cell(TIER_LABELS.get(tier, tier))} ({len(group)}) — {how}", "",
+                  f"*{_cell(TIER_TEXT.get(tier, ''))}*", ""]
+        for f in group:
+            kind = f.get("kind")
+            lines.append(f"- **{_cell(f['case'])} / {_cell(f['check'])}**"
+                         + (f" ({_cell(kind)})" if kind else "") + f": {_cell(f['message'])}")
+            if f.get("source") == "fuzz":
+                lines.append(f"  - shrunk example: {_code(f.get('example'))}; replay: Fuzz finding "
+                             f"{int(f.get('fuzz_index') or 0) + 1} below")
+                continue
+            if f.get("worst"):
+                worst = "; ".join(f"{_cell(w[0])}: observed {_fmt(w[1])}, expected {_fmt(w[2])}" for w in f["worst"][:3])
+                lines.append(f"  - worst: {worst}")
+            lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
+        lines.append("")
+    return lines
+
+
 def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
     """Render an audit report (the dict of :func:`specexact.audit.run_audit`) as Markdown.
 
@@ -154,17 +198,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         f"`asymptotic` = chi-square approximation on bins of {_min_expected(report)} expected counts.",
         "",
     ]
-    if report["findings"]:
-        lines += ["## Findings", ""]
-        for f in report["findings"]:
-            kind = f.get("kind")
-            lines.append(f"- **{_cell(f['case'])} / {_cell(f['check'])}**"
-                         + (f" ({_cell(kind)})" if kind else "") + f": {_cell(f['message'])}")
-            if f.get("worst"):
-                worst = "; ".join(f"{_cell(w[0])}: observed {_fmt(w[1])}, expected {_fmt(w[2])}" for w in f["worst"][:3])
-                lines.append(f"  - worst: {worst}")
-            lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
-        lines.append("")
+    lines += _findings_section(report)
     lines += fuzz_markdown(report)  # the fuzz phase (reports/fuzz_section.py)
     plan_cases = {c["name"]: c for c in plan.get("cases") or []}
     lines += ["## Cases", "",

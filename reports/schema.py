@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.5`` -> ``1.6``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.6`` -> ``1.7``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -33,6 +33,8 @@ _NULLABLE_STRING = {"type": ["string", "null"]}
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _RATE = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
 _TIMESTAMP = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"}
+_TIER = {"enum": ["inexact", "defect", "under_accepting", "hardening"],
+         "description": "severity tier (since 1.6; audit/tiers.py)"}
 
 FUZZ_DEFS: dict[str, Any] = {
     "fuzz_plan": {
@@ -97,6 +99,7 @@ FUZZ_DEFS: dict[str, Any] = {
             "replay": {"type": "string"},
             "known_as": _NULLABLE_STRING,
             "flaky": {"type": "boolean"},
+            "tier": _TIER,
         },
     },
     "fuzz": {
@@ -129,7 +132,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.5/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.6/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -169,7 +172,12 @@ REPORT_SCHEMA: dict[str, Any] = {
         "resumed_cases": {"type": "array", "items": {"type": "string"}},
         "cases": {"type": "array", "items": {"$ref": "#/$defs/case"}},
         "checks": {"type": "array", "items": {"$ref": "#/$defs/report_check"}},
-        "findings": {"type": "array", "items": {"$ref": "#/$defs/finding"}},
+        "findings": {"type": "array", "items": {"$ref": "#/$defs/finding"},
+                     "description": "every finding, the fuzz phase's included (since 1.6), each with its tier"},
+        "tiers": {"type": "object", "required": ["inexact", "defect", "under_accepting", "hardening"],
+                  "properties": {t: {"type": "integer", "minimum": 0}
+                                 for t in ("inexact", "defect", "under_accepting", "hardening")},
+                  "description": "findings per tier (since 1.6)"},
         "accepted_length": {"type": "array", "items": {"$ref": "#/$defs/accepted_length"}},
         "shards": {"type": "array", "items": {"$ref": "#/$defs/shard_summary"}},
         "journal": {"type": "string"},
@@ -192,13 +200,15 @@ REPORT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "summary": {"type": "string"},
                 "culprits": {"type": "array", "items": {"$ref": "#/$defs/part_key"}},
+                "hardening": {"type": "array", "items": {"$ref": "#/$defs/part_key"},
+                              "description": "parts failing only at the hardening tier (since 1.6)"},
                 "parts": {"type": "array", "items": {"$ref": "#/$defs/diagnosis_part"}},
                 "notes": {"type": "array", "items": {"type": "string"}},
             },
         },
         "part_key": {"enum": ["acceptance_rule", "recovered_token", "bonus_token", "position_alignment",
                               "per_prefix_processing", "independence", "reproducibility", "eos_cut", "protocol",
-                              "emitted_law"]},
+                              "input_validation", "emitted_law"]},
         "diagnosis_part": {
             "type": "object",
             "required": ["part", "label", "status", "checks_run", "failed", "evidence", "explained_by", "heuristic",
@@ -207,6 +217,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "part": {"$ref": "#/$defs/part_key"},
                 "label": {"type": "string"},
                 "status": {"enum": ["pass", "fail", "not_tested"]},
+                "tier": {"anyOf": [{"type": "null"}, _TIER]},
                 "checks_run": {"type": "integer", "minimum": 0},
                 "failed": {"type": "array", "items": {"type": "string"}},
                 "evidence": _NULLABLE_STRING,
@@ -322,28 +333,42 @@ REPORT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": ["case", "check", "kind", "message", "pvalue", "worst", "defect", "reproduction"],
             "properties": {
+                "source": {"enum": ["check", "fuzz"],
+                           "description": "since 1.6: a failing check of a case, or a fuzz finding"},
+                "tier": _TIER,
                 "case": {"type": "string"},
                 "check": {"type": "string"},
                 "kind": {"enum": ["inexactness", "under_accepting", "decision_rule", "crash", "timeout",
-                                  "protocol_violation"]},
+                                  "protocol_violation", "fuzz"]},
+                "family": {"type": "string"},
+                "rule": {"type": "string"},
+                "fuzz_index": {"type": "integer", "minimum": 0},
                 "message": {"type": "string"},
                 "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
                 "worst": {"$ref": "#/$defs/worst"},
                 "defect": _NULLABLE_STRING,
-                "reproduction": {
-                    "type": "object",
-                    "required": ["command", "python", "case_seed", "num_batches", "per_check_false_fail_rate"],
-                    "properties": {
-                        "command": {"type": "string", "pattern": "^specexact audit "},
-                        "python": {"type": "string"},
-                        "case_seed": {"type": "integer"},
-                        "batch_size": _NULLABLE_INT,
-                        "num_batches": {"type": "integer", "minimum": 1},
-                        "per_check_false_fail_rate": _RATE,
-                        "false_fail_rate": _RATE,
-                        "threads": _NULLABLE_INT,
+                "reproduction": {"anyOf": [
+                    {
+                        "type": "object",
+                        "required": ["command", "python", "case_seed", "num_batches", "per_check_false_fail_rate"],
+                        "properties": {
+                            "command": {"type": "string", "pattern": "^specexact audit "},
+                            "python": {"type": "string"},
+                            "case_seed": {"type": "integer"},
+                            "batch_size": _NULLABLE_INT,
+                            "num_batches": {"type": "integer", "minimum": 1},
+                            "per_check_false_fail_rate": _RATE,
+                            "false_fail_rate": _RATE,
+                            "threads": _NULLABLE_INT,
+                        },
                     },
-                },
+                    {  # a fuzz finding (since 1.6): the fuzz command and the replay script
+                        "type": "object",
+                        "required": ["command", "python"],
+                        "properties": {"command": {"type": "string", "pattern": "^specexact fuzz "},
+                                       "python": {"type": "string"}},
+                    },
+                ]},
             },
         },
         "settings": {
@@ -374,6 +399,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                     ]
                 },
                 "audit_key": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+                "strict_inputs": {"type": "boolean",
+                                  "description": "hardening findings fail the verdict too (since 1.6)"},
                 "processing": {
                     "description": "the logits processing of the reference laws: the built-in one "
                                    "(probability-level samplers) or the order a logits-level sampler declared",

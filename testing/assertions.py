@@ -7,8 +7,14 @@ message), applied to a whole speculative-decoding verifier:
 - :func:`audit_verifier` / :func:`audit_logits_verifier` run the audit
   (:func:`specexact.audit.run_audit`) and return an :class:`AuditResult` with the numbers;
 - :func:`assert_verifier_exact` / :func:`assert_logits_verifier_exact` do the same and
-  raise :class:`AssertionError` whose message lists every finding: the check, its p-value
-  and detectable TV, the replay command, and a Python line that replays it.
+  raise :class:`AssertionError` whose message lists every finding by severity tier
+  (:mod:`specexact.audit.tiers`): the check, its p-value and detectable TV, the replay
+  command, and a Python line that replays it.
+
+An assertion fails on a finding of the tiers *inexact*, *defect on valid input* and
+*under-accepting*; *hardening* findings (invalid input accepted, or refused with the wrong
+exception: only the fuzz phase, ``fuzz=True``, finds them) are listed in the message and
+:attr:`AuditResult.findings` but fail it only with ``strict_inputs=True``.
 
 A correct verifier fails an assertion with probability at most ``false_fail_rate`` (split
 over the checks of the audit); a wrong one fails every check whose detectable TV its error
@@ -118,13 +124,32 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
-        """No check failed and no case had a defect."""
+        """No finding of a failing tier: no check failed, no case had a defect, no fuzz
+        finding other than hardening (hardening too with ``strict_inputs``)."""
         return self.report["verdict"] == "pass"
 
     @property
     def findings(self) -> list[dict]:
-        """The report's findings (failing checks and defects), each with ``reproduction``."""
-        return list(self.report["findings"])
+        """The report's findings (failing checks, defects and fuzz findings), each with
+        ``tier`` and ``reproduction``."""
+        from specexact.audit.report import report_findings
+
+        return report_findings(self.report)
+
+    @property
+    def tiers(self) -> dict:
+        """Findings per tier: ``{"inexact": n, "defect": n, "under_accepting": n, "hardening": n}``."""
+        from specexact.audit.tiers import tier_counts
+
+        return tier_counts(self.findings)
+
+    @property
+    def failing_findings(self) -> list[dict]:
+        """The findings whose tier fails the audit (hardening only with ``strict_inputs``)."""
+        from specexact.audit.tiers import failing_tiers
+
+        bad = failing_tiers(bool(self.report["settings"].get("strict_inputs")))
+        return [f for f in self.findings if f["tier"] in bad]
 
     @property
     def checks(self) -> list[dict]:
@@ -161,30 +186,51 @@ class AuditResult:
 
     @property
     def message(self) -> str:
-        """What an assertion prints: a one-line verdict, then every finding with its replay."""
+        """What an assertion prints: a one-line verdict, then every finding by tier with its
+        replay."""
+        from specexact.audit.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier
+
         s = self.report["settings"]
         sizes = (f"{s['num_batches']} decoder calls per case" if s.get("num_batches") is not None
                  else f"a {s.get('budget_s'):g} s budget")
         threads = (s.get("threads") or {}).get("threads")
+        counts = self.tiers
+        by_tier = ", ".join(f"{TIER_LABELS[t]} {counts[t]}" for t in TIERS if counts[t])
+        failing = len(self.failing_findings)
+        if self.passed:
+            verdict = "passed" + (f" with {len(self.findings)} finding(s) that do not fail it ({by_tier}; "
+                                  "strict_inputs=True fails hardening findings)" if self.findings else "")
+        else:
+            verdict = f"is not exact: {failing} finding(s) of a failing tier ({by_tier})"
         head = (f"sampler {self.report['sampler']['name']} "
-                + ("passed" if self.passed else f"is not exact: {len(self.findings)} finding(s)")
+                + verdict
                 + f" — {len(self.checks)} checks over {len(self.report['cases'])} case(s), {self.num_sequences:,} "
                 f"sequences, {sizes}, seed {s['seed']}"
                 + (f", {threads} torch thread(s)" if threads else "")
                 + f"; false-fail rate {self.false_fail_rate:g} for the audit "
                 f"({self.per_check_false_fail_rate:.3g} per check)")
         lines = [head]
-        for f in self.findings:
-            tv = _fmt_tv(self.detectable_tv(f["case"], f["check"])) if f["kind"] == "inexactness" else "-"
-            lines.append(f"- {f['case']} / {f['check']} ({f['kind']}): p-value {f['pvalue']:.3g}, detectable TV {tv}"
-                         f" — {f['message']}")
-            worst = f.get("worst") or []
-            if worst:
-                lines.append("  worst outcomes (observed / expected): "
-                             + "; ".join(f"{w[0]}: {_num(w[1])} / {_num(w[2])}" for w in worst[:3]))
-            repro = f["reproduction"]
-            lines.append(f"  replay: {repro['command']}")
-            lines.append(f"  python: {_python_replay(self.report, f)}")
+        bad = failing_tiers(bool(s.get("strict_inputs")))
+        for tier, group in findings_by_tier(self.findings):
+            lines.append(f"{TIER_LABELS.get(tier, tier)} ({len(group)}): "
+                         + ("fails the audit" if tier in bad else "listed, does not fail the audit"))
+            for f in group:
+                if f.get("source") == "fuzz":
+                    lines.append(f"- {f['case']} / {f['check']} (fuzz, exact rule) — {f['message']}")
+                    lines.append(f"  shrunk example: {f.get('example')}")
+                    lines.append(f"  replay: {f['reproduction']['command']} (or the report's fuzz.findings"
+                                 f"[{f.get('fuzz_index', 0)}].replay script)")
+                    continue
+                tv = _fmt_tv(self.detectable_tv(f["case"], f["check"])) if f["kind"] == "inexactness" else "-"
+                lines.append(f"- {f['case']} / {f['check']} ({f['kind']}): p-value {f['pvalue']:.3g}, detectable TV "
+                             f"{tv} — {f['message']}")
+                worst = f.get("worst") or []
+                if worst:
+                    lines.append("  worst outcomes (observed / expected): "
+                                 + "; ".join(f"{w[0]}: {_num(w[1])} / {_num(w[2])}" for w in worst[:3]))
+                repro = f["reproduction"]
+                lines.append(f"  replay: {repro['command']}")
+                lines.append(f"  python: {_python_replay(self.report, f)}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -217,7 +263,7 @@ def _python_replay(report: dict, finding: dict) -> str:
 
 
 def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, seed, device, threads,
-           sampler_name) -> AuditResult:
+           sampler_name, fuzz=False, fuzz_examples=None, strict_inputs=False) -> AuditResult:
     from specexact.audit import AuditSettings, run_audit
     from specexact.decoders.adapters.protocol import is_logits_level
 
@@ -236,7 +282,8 @@ def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, s
     name = sampler_name or sampler_name_of(verifier)
     settings = AuditSettings(sampler_name=name, sampler_target=name, cases=chosen, case_set=case_set,
                              false_fail_rate=false_fail_rate, budget_s=budget_s if batches is None else None,
-                             num_batches=batches, seed=seed, device=str(device), threads=threads)
+                             num_batches=batches, seed=seed, device=str(device), threads=threads,
+                             fuzz=bool(fuzz), fuzz_examples=fuzz_examples, strict_inputs=bool(strict_inputs))
     return AuditResult(run_audit(verifier, settings))
 
 
@@ -259,31 +306,43 @@ _COMMON = """cases : {"quick", "default", "all"} or sequence of str or of cases
         ``batches``, chosen by timing with ``budget_s``.
     sampler_name : str, optional
         ``MODULE:NAME`` of the verifier in replay commands (default
-        :func:`sampler_name_of`)."""
+        :func:`sampler_name_of`).
+    fuzz : bool
+        Also run the fuzz phase (exact rules on generated inputs, boundary-uniform probes,
+        invalid inputs, and its generated statistical cases); default False.
+    fuzz_examples : int, optional
+        With ``fuzz``: examples per exact family (default: the ``ci`` profile's).
+    strict_inputs : bool
+        Hardening findings (invalid input accepted, or refused with the wrong exception)
+        fail the audit too; default False: listed, not failing."""
 
 
 def audit_verifier(verify, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
                    false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
-                   sampler_name: str | None = None) -> AuditResult:
+                   sampler_name: str | None = None, fuzz: bool = False, fuzz_examples: int | None = None,
+                   strict_inputs: bool = False) -> AuditResult:
     return _audit(verify, level="probability", cases=cases, batches=batches, budget_s=budget_s,
                   false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
-                  sampler_name=sampler_name)
+                  sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples, strict_inputs=strict_inputs)
 
 
 def audit_logits_verifier(adapter, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
                           false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
-                          sampler_name: str | None = None) -> AuditResult:
+                          sampler_name: str | None = None, fuzz: bool = False, fuzz_examples: int | None = None,
+                          strict_inputs: bool = False) -> AuditResult:
     return _audit(adapter, level="logits", cases=cases, batches=batches, budget_s=budget_s,
                   false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
-                  sampler_name=sampler_name)
+                  sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples, strict_inputs=strict_inputs)
 
 
 def assert_verifier_exact(verify, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
                           false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
-                          sampler_name: str | None = None) -> AuditResult:
+                          sampler_name: str | None = None, fuzz: bool = False, fuzz_examples: int | None = None,
+                          strict_inputs: bool = False) -> AuditResult:
     __tracebackhide__ = True  # pytest shows the caller's line, not this one
     result = audit_verifier(verify, cases=cases, batches=batches, budget_s=budget_s, false_fail_rate=false_fail_rate,
-                            seed=seed, device=device, threads=threads, sampler_name=sampler_name)
+                            seed=seed, device=device, threads=threads, sampler_name=sampler_name, fuzz=fuzz,
+                            fuzz_examples=fuzz_examples, strict_inputs=strict_inputs)
     if not result.passed:
         raise AssertionError(result.message)
     return result
@@ -292,11 +351,13 @@ def assert_verifier_exact(verify, *, cases="quick", batches: int | None = None, 
 def assert_logits_verifier_exact(adapter, *, cases="quick", batches: int | None = None,
                                  budget_s: float | None = None, false_fail_rate: float = 1e-6, seed: int = 0,
                                  device="cpu", threads: int | None = None,
-                                 sampler_name: str | None = None) -> AuditResult:
+                                 sampler_name: str | None = None, fuzz: bool = False,
+                                 fuzz_examples: int | None = None, strict_inputs: bool = False) -> AuditResult:
     __tracebackhide__ = True
     result = audit_logits_verifier(adapter, cases=cases, batches=batches, budget_s=budget_s,
                                    false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
-                                   sampler_name=sampler_name)
+                                   sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples,
+                                   strict_inputs=strict_inputs)
     if not result.passed:
         raise AssertionError(result.message)
     return result
@@ -371,8 +432,10 @@ assert_verifier_exact.__doc__ = f"""Audit ``verify`` and raise :class:`Assertion
     Raises
     ------
     AssertionError
-        A check failed or a case had a defect; the message is :attr:`AuditResult.message`:
-        every finding's check, p-value, detectable TV, replay command and Python replay.
+        A finding of a failing tier: a check failed, a case had a defect, or a fuzz
+        finding other than hardening (hardening too with ``strict_inputs``); the message
+        is :attr:`AuditResult.message`: every finding by tier, with its check, p-value,
+        detectable TV, replay command and Python replay.
     TypeError, ValueError
         As :func:`audit_verifier`.
     """

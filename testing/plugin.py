@@ -4,12 +4,17 @@ specexact is installed.
 What it gives a test suite:
 
 - ``@pytest.mark.specexact(cases=..., batches=..., budget_s=..., seed=..., device=...,
-  threads=..., audits=1)``: defaults for the audits of a test, and how many it runs;
+  threads=..., fuzz=..., fuzz_examples=..., strict_inputs=..., audits=1)``: defaults for the
+  audits of a test, and how many it runs;
 - the fixture ``specexact_check``: ``specexact_check(verifier, **overrides)`` audits a
   probability-level verifier or a logits-level adapter (chosen by its type) at the
   test's share of the session's false-fail budget and raises :class:`AssertionError` with
   the findings (:func:`specexact.testing.assert_verifier_exact`); it returns the
-  :class:`~specexact.testing.AuditResult`;
+  :class:`~specexact.testing.AuditResult`. It fails on findings of the tiers inexact,
+  defect on valid input and under-accepting; *hardening* findings (invalid input accepted,
+  or refused with the wrong exception; the fuzz phase finds them, ``fuzz=True``) are in
+  the result and fail the test only with ``strict_inputs=True`` (marker, call, or the ini
+  option ``specexact_strict_inputs = true``);
 - the fixture ``specexact_false_fail_rate``: that share, for tests that call
   :func:`specexact.testing.audit_verifier` themselves;
 - ``--specexact-false-fail-rate RATE`` (or the ini option ``specexact_false_fail_rate``;
@@ -48,7 +53,8 @@ DEFAULT_SESSION_FALSE_FAIL_RATE = 1e-6
 MARKER = "specexact"
 #: Fixtures whose use makes a test hold a share of the budget (marked or not).
 FIXTURES = ("specexact_check", "specexact_false_fail_rate")
-_MARKER_KWARGS = ("cases", "batches", "budget_s", "seed", "device", "threads", "audits")
+_MARKER_KWARGS = ("cases", "batches", "budget_s", "seed", "device", "threads", "fuzz", "fuzz_examples",
+                  "strict_inputs", "audits")
 _PROPERTY = "specexact_false_fail_rate"
 
 _BUDGET = pytest.StashKey["SessionBudget"]()
@@ -139,12 +145,16 @@ def pytest_addoption(parser):
                     help="chance that a correct sampler fails any specexact audit of this session, split equally "
                          f"over the collected audits (default: {DEFAULT_SESSION_FALSE_FAIL_RATE:g})")
     parser.addini("specexact_false_fail_rate", "default of --specexact-false-fail-rate", default=None)
+    parser.addini("specexact_strict_inputs", "hardening findings (invalid input accepted, or refused with the wrong "
+                  "exception) fail specexact_check too (default: false; a marker's or call's strict_inputs decides "
+                  "over it)", type="bool", default=False)
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(cases=..., batches=..., budget_s=..., seed=..., device=..., threads=..., audits=1): the test "
+        f"{MARKER}(cases=..., batches=..., budget_s=..., seed=..., device=..., threads=..., fuzz=..., "
+        "fuzz_examples=..., strict_inputs=..., audits=1): the test "
         "audits a sampler (specexact_check fixture) with these defaults; it runs `audits` audits, each at one "
         "share of the session's false-fail budget (--specexact-false-fail-rate)",
     )
@@ -231,7 +241,8 @@ class _Checker:
         if self.calls > self.allowed:
             raise pytest.UsageError(f"{self.node.nodeid} runs more audits than it declared ({self.allowed}): "
                                     f"mark it @pytest.mark.{MARKER}(audits={self.calls})")
-        kwargs = {"threads": 1, **self.defaults, **overrides, "false_fail_rate": self.rate}
+        strict = bool(self.node.config.getini("specexact_strict_inputs"))
+        kwargs = {"threads": 1, "strict_inputs": strict, **self.defaults, **overrides, "false_fail_rate": self.rate}
         check = assert_logits_verifier_exact if is_logits_level(verifier) else assert_verifier_exact
         result = check(verifier, **kwargs)
         self.results.append(result)

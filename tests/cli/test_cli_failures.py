@@ -315,3 +315,25 @@ def test_fuzz_checks_where_its_result_goes_before_fuzzing(tmp_path):
         # 2000 examples per family take many minutes: within the timeout only if refused first.
         proc = cli("fuzz", "--examples", "2000", *args, timeout=120)
         assert proc.returncode == 2 and f"cannot write {option}" in one_line_error(proc.stderr), proc.stderr
+
+
+def test_a_journal_write_that_fails_names_the_journal(tmp_path, capsys, monkeypatch):
+    """A full disk fails ``os.write`` on a descriptor, an error without a file name: the one
+    line must still say which journal could not be written."""
+    import errno
+
+    import specexact.audit.journal as journal
+
+    real = journal.os.write
+
+    def full(fd, data):  # only the journal's case records: the lock file is still written
+        if b'"type": "case"' in bytes(data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(journal.os, "write", full)
+    assert main(["audit", *ONE_CASE, "--report-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("specexact: error:"))
+    assert "could not write its journal" in line and str(tmp_path / "r" / ".journal") in line, line
+    assert "No space left on device" in line and "Traceback" not in err

@@ -181,3 +181,59 @@ def test_loaded():
     finally:
         settings.load_profile(before)
     result.assert_outcomes(passed=2)
+
+
+#: Checks of one audit of TIERS_TESTS (v4-greedy-mix and the fuzz phase's generated cases).
+TIERS_CHECKS = 45
+
+TIERS_TESTS = """
+import pytest
+from specexact.audit.zoo import no_input_validation, residual_absolute
+
+KW = dict(cases=["v4-greedy-mix"], batches=2, fuzz=True, fuzz_examples=5)
+
+def test_hardening_is_listed_not_failing(specexact_check):
+    result = specexact_check(no_input_validation, **KW)
+    assert result.passed and result.tiers["hardening"] >= 1 and not result.failing_findings
+    assert result.report["settings"]["num_checks"] == %d
+    assert "hardening" in result.message and "does not fail the audit" in result.message
+
+@pytest.mark.specexact(strict_inputs=True)
+def test_strict_inputs_marker_fails_hardening(specexact_check):
+    specexact_check(no_input_validation, **KW)
+
+def test_strict_inputs_call_fails_hardening(specexact_check):
+    specexact_check(no_input_validation, strict_inputs=True, **KW)
+
+def test_inexact_fails_without_strict_inputs(specexact_check):
+    specexact_check(residual_absolute, **KW)
+""" % TIERS_CHECKS
+
+
+@pytest.mark.statistical(checks=TIERS_CHECKS)
+def test_the_fixture_fails_on_the_failing_tiers_and_on_hardening_only_with_strict_inputs(pytester, alpha):
+    """Four audits of the same samples share a session rate of ``alpha * TIERS_CHECKS``: the
+    passing one may fail falsely at most at that rate."""
+    pytester.makepyfile(test_tiers=TIERS_TESTS)
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider",
+                                          f"--specexact-false-fail-rate={alpha * TIERS_CHECKS}")
+    result.assert_outcomes(passed=1, failed=3)
+    out = result.stdout.str()
+    assert "test_hardening_is_listed_not_failing PASSED" in out or "1 passed" in out
+    result.stdout.fnmatch_lines([
+        "E * AssertionError: sampler specexact.audit.zoo:no_input_validation is not exact: * finding(s) of a "
+        "failing tier (hardening *)",
+        "E *hardening (*): fails the audit",
+        "E *- fuzz / invalid_inputs / refuses_invalid_input (fuzz, exact rule) — *",
+    ])
+    result.stdout.fnmatch_lines(["E * AssertionError: sampler specexact.audit.zoo:residual_absolute is not exact: *"
+                                 "(inexact *"])
+
+
+@pytest.mark.statistical(checks=0)
+def test_the_ini_option_makes_hardening_fail(pytester):
+    pytester.makeini("[pytest]\nspecexact_strict_inputs = true\n")
+    pytester.makepyfile(test_tiers=TIERS_TESTS.split("@pytest.mark.specexact(strict_inputs=True)")[0])
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError: sampler specexact.audit.zoo:no_input_validation is not exact: *"])
