@@ -11,13 +11,11 @@ jinja2's autoescaping.
 
 from __future__ import annotations
 
+from .escaping import markdown_cell as _cell  # one escaping rule for the whole report
+
 __all__ = ["fuzz_markdown", "fuzz_html"]
 
 
-def _cell(text: object) -> str:
-    from .markdown import _cell as cell  # one escaping rule for the whole report
-
-    return cell(text)
 
 
 def _code(text: object) -> str:

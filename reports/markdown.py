@@ -9,11 +9,11 @@ rendered as HTML, while ``>= 200`` stays as written), backticks cannot end a cod
 from __future__ import annotations
 
 import math
-import re
 from typing import Sequence
 
 from .baseline_text import baseline_headline, baseline_lines
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+from .escaping import markdown_cell as _cell
 from .fuzz_section import fuzz_markdown
 
 __all__ = ["render_markdown"]
@@ -31,20 +31,6 @@ def _fmt(x, spec=".3g") -> str:
     if x is None:
         return "-"
     return format(x, spec)
-
-
-_ENTITY = re.compile(r"&(?=#?\w+;)")
-_TAG = re.compile(r"<(/?[A-Za-z!?][^<>]*)>")
-
-
-def _cell(text: object) -> str:
-    """``text`` as literal Markdown on one line (a table cell, a list item): ``<`` and an
-    ``&`` that would start an entity become entities (no HTML, no entity read); ``>`` only
-    where it closes a tag-like ``<x ...>``, so ``>= 200`` stays readable in the file;
-    ``|`` and line breaks cannot break a table."""
-    t = _ENTITY.sub("&amp;", str(text))
-    t = _TAG.sub(lambda m: f"&lt;{m.group(1)}&gt;", t).replace("<", "&lt;")
-    return t.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _code(text: object) -> str:
