@@ -37,7 +37,7 @@ def opt_in_cases() -> list:
     28 s of single-thread CPU in all at 1024 rows per call (the zoo's verifiers build
     ``[B, V]`` float64 temporaries), so 4 calls would add ~55 s to a zoo run of ~92 s on 2
     workers at 1024 rows, about 4x that at the case's 4096 (measured on a loaded 2-core
-    machine); see the README ("What the audit checks")."""
+    machine); see docs/checks.md ("What the audit checks")."""
     return verify_cases()
 
 

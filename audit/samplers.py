@@ -62,7 +62,7 @@ def _install_hint(target: str, exc: BaseException) -> str:
         return ""
     module = target[len(prefix):].partition(":")[0]
     if module in _ENGINE_ENVS:
-        return f" (the engine runs in its own environment: {_ENGINE_ENVS[module]}; see the README, 'Third-party samplers')"
+        return f" (the engine runs in its own environment: {_ENGINE_ENVS[module]}; see docs/engines/index.md)"
     return " (install the optional dependencies: pip install 'specexact[thirdparty]')"
 
 

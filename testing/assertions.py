@@ -367,7 +367,7 @@ audit_verifier.__doc__ = f"""Audit a probability-level verifier; return the resu
 
     The verifier runs inside the built-in speculative decoder (drafting, per-prefix target
     processing, EOS and ``max_new_tokens``) on small seeded models whose laws are
-    enumerated exactly (``specexact audit``, README "What the audit checks").
+    enumerated exactly (``specexact audit``, docs/checks.md).
 
     Parameters
     ----------
@@ -392,7 +392,7 @@ audit_verifier.__doc__ = f"""Audit a probability-level verifier; return the resu
 audit_logits_verifier.__doc__ = f"""Audit a logits-level adapter; return the result (never raises on a finding).
 
     The adapter gets raw target logits with per-row sampling parameters and processes them
-    itself (README "Logits level"); the reference laws use its declared order of
+    itself (docs/auditing/logits-level.md); the reference laws use its declared order of
     operations, and cases needing an operation it lacks are skipped (listed in
     ``report["settings"]["skipped_cases"]``).
 

