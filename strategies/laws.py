@@ -392,10 +392,9 @@ def logit_tensors(
         The family, dtype, then the family's shape parameters (``zipf_exponent`` in
         [0.5, 2], ``temperature`` in [0.25, 4], ``num_spikes`` in 1..8,
         ``masked_fraction`` in [0, 1) with 0.5 favoured, ``magnitude`` in [1e-3, 1] with 1
-        favoured) and a 32-bit seed are drawn. Hypothesis's generation is adaptive, not
-        uniform: in a derandomised run of 300 examples every family is drawn in at least
-        3.5 % of them and every dtype in at least 12 % (measured and asserted in
-        ``tests/strategies/test_laws.py``).
+        favoured) and a 32-bit seed are drawn. Every family and every dtype is reachable
+        (``tests/strategies/test_laws.py``); Hypothesis's generation is adaptive, not
+        uniform, and how often each is drawn is not promised.
 
     Raises
     ------
@@ -444,8 +443,8 @@ def probability_tensors(
         - ``off_by_rounding``: scaled by ``1 + k * eps`` of the dtype, ``k`` in -4..4, so
           sums are off 1 by the dtype's rounding.
 
-        Every family is drawn in at least 3.5 % of a derandomised run of 300 examples
-        (measured and asserted in ``tests/strategies/test_laws.py``).
+        Every family is reachable (``tests/strategies/test_laws.py``; how often each is
+        drawn is not promised).
 
     Raises
     ------

@@ -476,9 +476,8 @@ def draft_target_pairs(
         The family is drawn uniformly among the available ones, then the target family
         (with ``masked_fraction`` in [0, 0.999], 1/2 and 0.999 favoured, for ``masked``),
         mismatch (0, 1/2, 1 favoured), ``num_ulps`` in 1..4, truncations, dtype and a
-        32-bit seed. Every family is drawn in at least 2.5 % of a derandomised run of 300
-        examples (measured and asserted in ``tests/strategies/test_pairs.py``; the
-        generation is adaptive, not uniform).
+        32-bit seed. Every family is reachable (``tests/strategies/test_pairs.py``; the
+        generation is adaptive, not uniform, and how often each is drawn is not promised).
 
     Raises
     ------

@@ -207,8 +207,9 @@ def sampling_params(
         1-1e-9), ``min_p`` (0..1, 1 favoured), ``combined`` (temperature, top-k, top-p and
         min-p all set), ``penalties`` (repetition 0.25..4, presence and frequency
         -2..2, at least one active, with an optional truncation). The family is drawn
-        first; every family is drawn in at least 4 % of a derandomised run of 300
-        examples (measured and asserted in ``tests/strategies/test_truncation.py``).
+        first (``st.sampled_from``), so every family is reachable, with or without
+        ``vocab_size`` (``tests/strategies/test_truncation.py``); Hypothesis does not
+        promise how often each is drawn.
 
     Raises
     ------
@@ -251,9 +252,9 @@ def histories(
     SearchStrategy[torch.Tensor]
         ``empty``: ``H = 0``; ``random``: ids from the pool; ``repeats``: two or three ids
         repeated (every row has a repeat); ``padded``: ``random`` with a ``-1`` tail of
-        random length per row. Every kind is drawn in at least 12 % of a derandomised
-        run of 300 examples (``tests/strategies/test_truncation.py``). Elements are drawn
-        one by one (H is small), so they shrink.
+        random length per row. Every kind is reachable (``tests/strategies/test_truncation.py``;
+        Hypothesis does not promise how often each is drawn). Elements are drawn one by
+        one (H is small), so they shrink.
 
     Raises
     ------
@@ -579,8 +580,8 @@ def pipeline_cases(
         The family is drawn first (``top_p_exact`` falls back to ``top_p_tiny`` at
         V = 1); histories are attached to every ``penalties`` / ``random`` case and to
         about half of the others (kinds of :func:`histories`). Every family, and every
-        history kind (with ``"drafted"`` and ``"none"``), is drawn in at least 3 % of a
-        derandomised run of 300 examples (``tests/strategies/test_truncation.py``).
+        history kind (with ``"drafted"`` and ``"none"``), is reachable
+        (``tests/strategies/test_truncation.py``; Hypothesis does not promise how often).
 
     Raises
     ------

@@ -93,11 +93,10 @@ def vocab_sizes(
         A Python ``int``. Each example first picks one of the families that has values in
         bounds (:func:`hypothesis.strategies.sampled_from`), then a value of it;
         ``"arbitrary"`` is an integer in ``[min_size, min(max_size, 4096)]`` (or the whole
-        range when ``min_size > 4096``) outside the other families. With all seven
-        families in bounds, each is drawn in at least 1/14 of a derandomised run of 300
-        examples paired with a seed, as the cases use it (measured and asserted in
-        ``tests/strategies/test_vocab.py``; alone, a one-value family such as ``"one"``
-        appears once, since Hypothesis does not repeat an example).
+        range when ``min_size > 4096``) outside the other families. Every family in
+        bounds is reachable (``tests/strategies/test_vocab.py``); how often each is drawn
+        is not promised (alone, a one-value family such as ``"one"`` appears once, since
+        Hypothesis does not repeat an example).
         :func:`vocab_size_family` gives the family of a value.
 
     Raises

@@ -6,9 +6,10 @@ classes a sampler does not implement are dropped. And as there, CI leaves out th
 tile-edge case (V=8193): ~20 s for the built-in order, ~40 s for a sampler with another
 declared order (processed by the readable per-operation reference), and every planted bug
 is caught without it. The decoder's logits-level path gives the probability-level tokens
-bit for bit (tests/decoders/adapters/test_builtin_logits.py), and the probability level is
-audited on the tile-edge case in CI (test_zoo.py); the nightly profile runs every sampler
-here on every default case.
+bit for bit (tests/decoders/adapters/test_builtin_logits.py), the probability level is
+audited on the tile-edge case in CI (test_zoo.py), and the per-operation reference is
+compared with the built-in pipeline at V=8193 (tests/decoders/test_processing.py); the
+nightly profile runs every sampler here on every default case.
 """
 
 import pytest

@@ -60,6 +60,20 @@ def test_builtin_order_matches_process_logits(seed, dtype):
     torch.testing.assert_close(ours, ref, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_builtin_order_matches_process_logits_at_the_tile_edge(dtype):
+    """V = 8193 (one past a 2**13 tile), the tile-edge default case's vocabulary, with its
+    truncation and penalties: the per-operation reference (the logits-level audit's laws for
+    any declared order) agrees with the built-in pipeline there too. CI audits the
+    logits-level zoo without that case (tests/audit/test_zoo_logits.py); this keeps the
+    reference checked at that vocabulary on every build."""
+    logits, params, history, _ = batch(11, B=16, V=8193, H=12, dtype=dtype)
+    ours = process_logits_in_order(logits, params, history)
+    ref = process_logits(logits, params, history)
+    assert torch.equal(ours > 0, ref > 0), "same kept sets"
+    torch.testing.assert_close(ours, ref, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-7)
+
+
 def test_calling_the_builtin_processing_is_process_logits_bit_for_bit():
     logits, params, history, prompt = batch(7)
     assert torch.equal(BUILTIN_PROCESSING(logits, params, history, prompt), process_logits(logits, params, history))

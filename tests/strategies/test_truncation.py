@@ -44,6 +44,10 @@ def test_every_param_family_is_reachable(reach):
           PARAM_FAMILIES)
 
 
+def test_every_param_family_is_reachable_without_a_vocabulary(reach):
+    reach(sampling_params(), sampling_params_family, PARAM_FAMILIES)
+
+
 @given(data=st.data())
 def test_histories_have_the_claimed_form(data):
     V = data.draw(st.integers(1, 50), label="V")
