@@ -1,0 +1,243 @@
+"""The protocol of an end-to-end engine: requests in, generated token ids out.
+
+An adapter translates layouts and nothing else: it maps a :class:`GenerationRequest` to the
+engine's own request (its sampling-parameter object, its seed argument), calls the engine's
+public generate entry point, and maps the engine's output back to a
+:class:`GenerationResult`. It never repairs what the engine does (no re-sampling, no
+truncating outputs beyond what the request asked, no filtering of tokens).
+
+Layouts
+-------
+- token ids are Python ints in ``[0, vocab_size)``; prompts are token ids (no tokenizer);
+- ``max_tokens`` is the number of new tokens requested; an engine returns at most that
+  many, fewer only when it emitted ``eos_token_id`` (which it includes as the last token);
+- ``min_tokens``: EOS is masked (probability 0) until that many tokens were generated;
+- ``seed``: one per request; the same request with the same seed must give the same output
+  (a seeded engine that does not is a defect, found by the reproducibility check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
+
+from specexact.decoders.params import SamplingParams
+from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
+
+__all__ = [
+    "SPECULATIVE_METHODS",
+    "GenerationRequest",
+    "GenerationResult",
+    "EngineCapabilities",
+    "EndToEndEngine",
+    "check_generation_results",
+]
+
+SPECULATIVE_METHODS = ("draft_model", "draft_model_greedy", "ngram", "prompt_lookup")
+"""Drafting methods an engine may declare: a draft model sampled from its own (processed)
+law (``draft_model``), a draft model's argmax (``draft_model_greedy``: point-mass drafts),
+n-gram matching on the context (``ngram``, vLLM) and prompt lookup (``prompt_lookup``,
+transformers). The law of the output must be the target's under every method; only the
+acceptance differs."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One request: a prompt, its sampling parameters, its length limits and its seed.
+
+    Parameters
+    ----------
+    prompt_token_ids : tuple of int
+        The prompt, token ids in ``[0, vocab_size)``; not empty.
+    params : SamplingParams
+        Temperature, top-k / top-p / min-p and the three penalties of the *target* (the
+        engine processes the draft as it does; specexact does not set the draft's law).
+    max_tokens : int
+        New tokens to generate, ``>= 1``.
+    min_tokens : int, default 0
+        EOS is masked until this many tokens were generated (``0 <= min_tokens <= max_tokens``).
+    eos_token_id : int or None, default None
+        The EOS token that stops the request (included in the output), or ``None``: nothing
+        stops it before ``max_tokens``.
+    seed : int, default 0
+        The request's seed (``>= 0``).
+
+    Raises
+    ------
+    ValueError
+        An empty prompt, a negative token id, ``max_tokens < 1``, ``min_tokens`` outside
+        ``[0, max_tokens]``, a negative ``eos_token_id`` or seed; the message names the field.
+    """
+
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 4
+    min_tokens: int = 0
+    eos_token_id: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        prompt = tuple(int(t) for t in self.prompt_token_ids)
+        object.__setattr__(self, "prompt_token_ids", prompt)
+        if not prompt or min(prompt) < 0:
+            raise ValueError(f"prompt_token_ids must be non-empty token ids >= 0, got {self.prompt_token_ids!r}")
+        if not isinstance(self.params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(self.params).__name__}")
+        if int(self.max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
+        if not 0 <= int(self.min_tokens) <= int(self.max_tokens):
+            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        if self.eos_token_id is not None and int(self.eos_token_id) < 0:
+            raise ValueError(f"eos_token_id must be >= 0 or None, got {self.eos_token_id!r}")
+        if int(self.seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (replays, reports)."""
+        d = asdict(self)
+        d["prompt_token_ids"] = list(self.prompt_token_ids)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GenerationRequest":
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        d["params"] = SamplingParams(**d["params"])
+        d["prompt_token_ids"] = tuple(d["prompt_token_ids"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What the engine generated for one request.
+
+    Parameters
+    ----------
+    token_ids : tuple of int
+        The new tokens (the prompt not included), at most ``max_tokens``; ends at the first
+        EOS when one was generated.
+    num_draft_tokens : int or None
+        Drafts the engine proposed for this request, from the engine's own metrics
+        (``None``: the engine does not report it, or plain generation).
+    num_accepted_tokens : int or None
+        Drafts the engine accepted for this request, from its own metrics.
+    """
+
+    token_ids: tuple[int, ...]
+    num_draft_tokens: int | None = None
+    num_accepted_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an end-to-end engine implements, declared so the audit computes its reference
+    laws with the engine's own semantics and skips (with the reason) what it lacks.
+
+    Parameters
+    ----------
+    methods : tuple of str
+        The drafting methods of :data:`SPECULATIVE_METHODS` the adapter runs.
+    processing : LogitsProcessing
+        The engine's order of operations and their semantics on the target's logits; the
+        reference laws are computed with it. A parameter it does not implement is refused
+        (:meth:`LogitsProcessing.unsupported`) and the row class skipped.
+    max_batch_size : int or None
+        Requests per generate call (``None``: any); the adapter loops internally beyond it.
+    min_tokens : bool
+        Whether ``min_tokens > 0`` is implemented.
+    eos : bool
+        Whether an EOS token id can be set per request.
+    per_request_seed : bool
+        True: every request is seeded on its own (vLLM); False: the adapter seeds the
+        engine's global RNG before each request from the request's seed (transformers,
+        mlx-lm), so requests run one at a time.
+    reports_acceptance : bool
+        Whether :class:`GenerationResult` carries the engine's acceptance counts.
+    version : str
+        The engine's version (reports).
+    notes : str
+        Anything else a reader needs (flags the adapter sets).
+    """
+
+    methods: tuple[str, ...]
+    processing: LogitsProcessing = BUILTIN_PROCESSING
+    max_batch_size: int | None = None
+    min_tokens: bool = True
+    eos: bool = True
+    per_request_seed: bool = True
+    reports_acceptance: bool = False
+    version: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        methods = tuple(self.methods)
+        unknown = [m for m in methods if m not in SPECULATIVE_METHODS]
+        if not methods or unknown:
+            raise ValueError(f"methods must be a non-empty tuple of {SPECULATIVE_METHODS}, got {self.methods!r}")
+        object.__setattr__(self, "methods", methods)
+        if not isinstance(self.processing, LogitsProcessing):
+            raise TypeError(f"processing must be a LogitsProcessing, got {type(self.processing).__name__}")
+        if self.max_batch_size is not None and int(self.max_batch_size) < 1:
+            raise ValueError(f"max_batch_size must be >= 1 or None, got {self.max_batch_size!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, for reports."""
+        d = asdict(self)
+        d["methods"] = list(self.methods)
+        d["processing"] = self.processing.to_dict()
+        return d
+
+
+@runtime_checkable
+class EndToEndEngine(Protocol):
+    """An engine's own generate loop behind one interface.
+
+    ``load`` starts the engine once per configuration (a target directory, a draft
+    directory or ``None``, a method of :data:`SPECULATIVE_METHODS` and the number of
+    speculative tokens per round); ``generate`` may then be called many times, with
+    ``speculative=True`` (the configured speculative decoding) or ``False`` (the same
+    engine's plain target-only sampling: the naive sampler of the two-sample check).
+    ``close`` frees the engine.
+
+    Model directories hold a Hugging Face layout (``config.json``, ``model.safetensors``)
+    made by :mod:`specexact.decoders.tiny_models`.
+    """
+
+    name: str
+
+    def capabilities(self) -> EngineCapabilities: ...
+
+    def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None: ...
+
+    def generate(self, requests: Sequence[GenerationRequest], *, speculative: bool) -> list[GenerationResult]: ...
+
+    def close(self) -> None: ...
+
+
+def check_generation_results(requests: Sequence[GenerationRequest], results: Sequence[GenerationResult],
+                             vocab_size: int) -> str | None:
+    """Why ``results`` break the output protocol for ``requests``, or ``None``.
+
+    Checked: one result per request; every token id an int in ``[0, vocab_size)``; at most
+    ``max_tokens`` tokens; fewer only when the last one is the request's EOS; no EOS before
+    the last token; no EOS before ``min_tokens`` tokens. A violation is a defect on valid
+    input (an engine's bookkeeping of EOS / ``max_tokens`` / ``min_tokens``).
+    """
+    if len(results) != len(requests):
+        return f"{len(results)} results for {len(requests)} requests"
+    for i, (req, res) in enumerate(zip(requests, results)):
+        toks = tuple(res.token_ids)
+        bad = [t for t in toks if not isinstance(t, int) or not 0 <= t < vocab_size]
+        if bad:
+            return f"request {i}: token ids {bad[:5]} outside [0, {vocab_size})"
+        if len(toks) > req.max_tokens:
+            return f"request {i}: {len(toks)} tokens for max_tokens={req.max_tokens}"
+        eos = req.eos_token_id
+        if eos is not None and eos in toks[:-1]:
+            return f"request {i}: tokens continue after EOS {eos} at index {toks.index(eos)}"
+        if len(toks) < req.max_tokens and (eos is None or not toks or toks[-1] != eos):
+            return f"request {i}: {len(toks)} tokens for max_tokens={req.max_tokens} without EOS at the end"
+        if eos is not None and eos in toks and toks.index(eos) < req.min_tokens:
+            return f"request {i}: EOS at index {toks.index(eos)} before min_tokens={req.min_tokens}"
+    return None
