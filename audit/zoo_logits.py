@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
-from specexact.decoders.adapters.protocol import Capabilities, LogitsVerifyInputs
+from specexact.decoders.adapters.protocol import Capabilities, LogitsVerifyInputs, declared_processing
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
 __all__ = ["WRONG_LOGITS", "CORRECT_LOGITS"]
@@ -68,8 +68,7 @@ class _Misdeclared(LogitsLevelVerifier):
         super().__init__(applied, name=name)
         self.capabilities = Capabilities(
             max_batch_size=None, dtypes=(torch.float32, torch.float64), devices=("cpu", "cuda"),
-            randomness="generator", logits_level=True, order_of_operations=declared.order,
-            repetition_penalty_scope=declared.repetition_penalty_scope, greedy=declared.greedy,
+            randomness="generator", logits_level=True, **declared_processing(declared),
             notes=f"planted bug: applies {applied.to_dict()}",
         )
 

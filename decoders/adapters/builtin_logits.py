@@ -28,7 +28,7 @@ from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 from specexact.decoders.rejection_sampling import PLACEHOLDER_ID, verify
 
 from .logits_inputs import validate_logits_verify_inputs
-from .protocol import Capabilities, LogitsVerifyInputs, takes_uniforms, uniforms_dtype_of
+from .protocol import Capabilities, LogitsVerifyInputs, declared_processing, takes_uniforms, uniforms_dtype_of
 
 __all__ = ["LogitsLevelVerifier", "candidate_histories", "verify_logits_level"]
 
@@ -54,7 +54,8 @@ class LogitsLevelVerifier:
     Parameters
     ----------
     processing : LogitsProcessing
-        The order of operations it applies (and declares in :attr:`capabilities`).
+        The order of operations and the per-operation variants it applies (and declares in
+        :attr:`capabilities`), e.g. ``LogitsProcessing(top_k_ties="exactly_k")``.
     verifier : callable
         A probability-level verifier (default :func:`~specexact.decoders.verify`).
     name : str
@@ -72,9 +73,7 @@ class LogitsLevelVerifier:
             devices=("cpu", "cuda"),
             randomness="generator",
             logits_level=True,
-            order_of_operations=processing.order,
-            repetition_penalty_scope=processing.repetition_penalty_scope,
-            greedy=processing.greedy,
+            **declared_processing(processing),
             notes="the built-in pipeline per candidate prefix, then the built-in verify",
         )
 

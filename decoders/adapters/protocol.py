@@ -35,7 +35,12 @@ from typing import Iterator, Literal, Protocol, runtime_checkable
 import torch
 
 from specexact.decoders.params import SamplingParams
-from specexact.decoders.processing import BUILTIN_PROCESSING, OPERATIONS as _ORDER_OPERATIONS, LogitsProcessing
+from specexact.decoders.processing import (
+    BUILTIN_PROCESSING,
+    OPERATIONS as _ORDER_OPERATIONS,
+    SEMANTICS_FIELDS,
+    LogitsProcessing,
+)
 
 __all__ = [
     "Capabilities",
@@ -44,6 +49,7 @@ __all__ = [
     "LogitsVerifyInputs",
     "is_logits_level",
     "processing_of",
+    "declared_processing",
     "RANDOMNESS",
     "OPERATIONS",
     "SCHEMES",
@@ -139,6 +145,12 @@ class Capabilities:
         Logits level: whether the repetition penalty also counts the prompt's tokens.
     greedy : bool
         Logits level: whether ``temperature == 0`` is supported.
+    semantics : dict
+        Logits level: the variant of each operation the sampler implements where it is not
+        the built-in's, by the names of :data:`~specexact.decoders.processing.SEMANTICS_FIELDS`
+        (e.g. ``{"top_k_ties": "exactly_k", "top_p_boundary": "exclusive"}``; see
+        :class:`~specexact.decoders.LogitsProcessing`); the reference laws use them. Stored
+        as sorted ``(name, value)`` pairs. Empty (the default): the built-in semantics.
     notes : str
         Anything else a reader of the report needs (e.g. flags the adapter fixes).
     scheme : str
@@ -160,9 +172,12 @@ class Capabilities:
     ------
     TypeError
         ``logits_level`` / ``greedy`` not a bool, ``order_of_operations`` /
-        ``tree_drafting`` not a tuple, malformed ``scheme_params``.
+        ``tree_drafting`` not a tuple, malformed ``scheme_params``, ``semantics`` not a
+        mapping.
     ValueError
-        Unknown ``randomness``, operation, ``scheme``, ``protocol`` or drafting rule,
+        Unknown ``randomness``, operation, ``scheme``, ``protocol`` or drafting rule, an
+        unknown or undeclarable ``semantics`` entry (named, with the reason), ``semantics``
+        on a probability-level sampler,
         ``max_batch_size < 1``, no dtype / device, a non-floating dtype, an order of
         operations on a probability-level sampler, a logits-level sampler without one, a
         logits-level tree sampler, or ``tree_drafting`` on a chain sampler.
@@ -176,6 +191,7 @@ class Capabilities:
     order_of_operations: tuple[str, ...] = ()
     repetition_penalty_scope: Literal["output", "prompt_and_output"] = "output"
     greedy: bool = True
+    semantics: tuple[tuple[str, object], ...] = ()
     notes: str = ""
     scheme: str = "tokenwise"
     scheme_params: tuple[tuple[str, float], ...] = ()
@@ -220,7 +236,20 @@ class Capabilities:
             raise ValueError(f"tree_drafting applies to tree-protocol samplers only, got protocol {self.protocol!r}")
         if self.protocol == "tree" and self.logits_level:
             raise ValueError("a tree-protocol sampler is probability level (logits_level=False)")
-        self.processing  # validates the order (repeats) and the scope
+        semantics = self.semantics
+        if isinstance(semantics, dict):
+            semantics = tuple(sorted(semantics.items()))
+        if not isinstance(semantics, tuple) or not all(
+                isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in semantics):
+            raise TypeError(f"semantics must be a dict of variant names to values, got {self.semantics!r}")
+        unknown_semantics = [k for k, _ in semantics if k not in SEMANTICS_FIELDS]
+        if unknown_semantics:
+            raise ValueError(f"unknown semantics {unknown_semantics}; allowed: {SEMANTICS_FIELDS}")
+        if semantics and not self.logits_level:
+            raise ValueError("semantics applies to logits-level samplers only (the probability level receives "
+                             "the processed laws)")
+        object.__setattr__(self, "semantics", tuple(sorted(semantics)))
+        self.processing  # validates the order (repeats), the scope and the semantics
 
     @property
     def lossless(self) -> bool:
@@ -234,16 +263,21 @@ class Capabilities:
         if not self.logits_level:
             return BUILTIN_PROCESSING
         return LogitsProcessing(order=tuple(self.order_of_operations),
-                                repetition_penalty_scope=self.repetition_penalty_scope, greedy=self.greedy)
+                                repetition_penalty_scope=self.repetition_penalty_scope, greedy=self.greedy,
+                                **dict(self.semantics))
 
     def to_dict(self) -> dict:
-        """JSON-ready form (dtypes as strings), for the audit report."""
+        """JSON-ready form (dtypes as strings), for the audit report; ``semantics`` (a dict)
+        only where some are declared."""
         d = asdict(self)
         d["dtypes"] = [str(t).removeprefix("torch.") for t in self.dtypes]
         d["devices"] = list(self.devices)
         d["order_of_operations"] = list(self.order_of_operations)
         d["scheme_params"] = {k: v for k, v in self.scheme_params}
         d["tree_drafting"] = list(self.tree_drafting)
+        semantics = d.pop("semantics")
+        if semantics:  # only where declared (the processing in the report's settings shows all)
+            d["semantics"] = dict(semantics)
         return d
 
 
@@ -368,6 +402,16 @@ def processing_of(obj: object) -> LogitsProcessing:
     """The logits processing the audit's reference laws use for sampler ``obj``."""
     caps = getattr(obj, "capabilities", None)
     return caps.processing if isinstance(caps, Capabilities) else BUILTIN_PROCESSING
+
+
+def declared_processing(processing: LogitsProcessing) -> dict:
+    """The :class:`Capabilities` keyword arguments that declare ``processing`` (a
+    logits-level sampler's ``order_of_operations``, ``repetition_penalty_scope``, ``greedy``
+    and ``semantics``): ``Capabilities(..., logits_level=True, **declared_processing(p))``
+    has ``.processing == p``."""
+    return {"order_of_operations": tuple(processing.order),
+            "repetition_penalty_scope": processing.repetition_penalty_scope,
+            "greedy": processing.greedy, "semantics": processing.semantics()}
 
 
 def scheme_of(obj: object) -> str:
