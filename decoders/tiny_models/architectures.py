@@ -228,6 +228,11 @@ class TinyCausalLM:
         (named).
     """
 
+    max_elements: int = 1 << 23
+    """Largest intermediate tensor of one forward, in elements: a larger batch is computed
+    in chunks of rows (a row's result does not depend on the rows beside it beyond
+    rounding)."""
+
     def __init__(self, config: TinyConfig, state_dict: dict[str, torch.Tensor], *,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> None:
         if not dtype.is_floating_point:
@@ -293,8 +298,17 @@ class TinyCausalLM:
         if input_ids.numel() and (int(input_ids.max()) >= self.vocab_size or int(input_ids.min()) < -1):
             raise ValueError(f"input_ids must lie in [0, vocab_size={self.vocab_size}) (-1 for padding), got "
                              f"[{int(input_ids.min())}, {int(input_ids.max())}]")
-        c = self.config
         ids = input_ids.to(self.device).clamp_min(0)
+        B, T = ids.shape
+        c = self.config
+        widest = max(c.intermediate_size, c.num_attention_heads * max(T, c.head_dim), c.hidden_size)
+        rows = max(1, self.max_elements // (T * widest))  # rows per forward: bounded memory
+        if B > rows:
+            return torch.cat([self._hidden(ids[i:i + rows]) for i in range(0, B, rows)])
+        return self._hidden(ids)
+
+    def _hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        c = self.config
         B, T = ids.shape
         H, K, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         x = self.w["model.embed_tokens.weight"][ids]  # [B, T, D]
