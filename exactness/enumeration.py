@@ -84,6 +84,7 @@ def sequence_law(
     eos_token_id: int | None = None,
     max_outcomes: int = 2_000_000,
     processing: LogitsProcessing | None = None,
+    min_tokens: int = 0,
 ) -> SequenceLaw:
     """Enumerate the exact law of the first ``length`` tokens naive sampling produces.
 
@@ -105,6 +106,10 @@ def sequence_law(
     processing : LogitsProcessing, optional
         The order of operations (default: the built-in
         :func:`~specexact.decoders.process_logits`); a logits-level sampler's own order.
+    min_tokens : int, default 0
+        EOS is masked for the first ``min_tokens`` tokens: its raw logit is set to
+        ``-inf`` before the processing (as vLLM's and Hugging Face's min-tokens logits
+        processors do), so it has probability 0 there. No effect without ``eos_token_id``.
 
     Returns
     -------
@@ -114,10 +119,13 @@ def sequence_law(
     Raises
     ------
     ValueError
-        If the enumeration would exceed ``max_outcomes`` or ``length < 1``.
+        If the enumeration would exceed ``max_outcomes``, ``length < 1`` or
+        ``min_tokens < 0``.
     """
     if length < 1:
         raise ValueError(f"length must be >= 1, got {length!r}")
+    if int(min_tokens) != min_tokens or min_tokens < 0:
+        raise ValueError(f"min_tokens must be an integer >= 0, got {min_tokens!r}")
     processing = BUILTIN_PROCESSING if processing is None else processing
     m64 = model.to(dtype=torch.float64) if hasattr(model, "to") else model
     V = m64.vocab_size
@@ -137,6 +145,9 @@ def sequence_law(
         inputs = torch.cat([prompt.expand(N, -1), prefixes], 1)
         positions = torch.full((N, 1), T0 + t - 1, dtype=torch.int64, device=device)
         logits = m64(inputs, positions)[:, 0].to(torch.float64)  # [N, V]
+        if eos_token_id is not None and t < min_tokens:
+            logits = logits.clone()
+            logits[:, eos_token_id] = -torch.inf
         probs = processing(logits, batch_params(params, N, device), prefixes, prompt.expand(N, -1))  # [N, V]
         child = weights[:, None] * probs  # [N, V]
         parent, token = (child > 0).nonzero(as_tuple=True)
