@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from specexact.decoders.adapters.protocol import LogitsVerifyInputs
+
 from .engine import FamilyRun
-from .examples import ProbInputs
 from .replay import replay_script
 from .rules import RULES, RuleBroken
 from .settings import FuzzSettings
@@ -77,7 +78,7 @@ def _call_summary(call) -> dict:
     return {"entry": call.entry, "generator_seed": int(call.generator_seed),
             "uniforms": None if call.uniforms is None else [[float(u) for u in row] for row in call.uniforms.tolist()],
             "vocab_size": call.vocab_size, "batch_size": B, "num_draft_tokens": K,
-            "level": "probability" if isinstance(x, ProbInputs) else "logits"}
+            "level": "logits" if isinstance(x, LogitsVerifyInputs) else "probability"}
 
 
 def finding_of(subject: Subject, run: FamilyRun, exc: RuleBroken, describe) -> Finding:
