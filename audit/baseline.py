@@ -14,7 +14,11 @@
   probability 0.99.
 
 A regression is any of the three. Checks failing in both reports ("still failing") and
-checks fixed since are listed but are not regressions.
+checks fixed since are listed but are not regressions. The severity tiers
+(:mod:`specexact.audit.tiers`) hold here too: a new finding of the ``hardening`` tier
+(invalid input accepted, or refused with the wrong exception) is listed and counted as
+``new_hardening`` but is a regression only with ``strict_inputs`` (``--strict-inputs``),
+as it fails an audit only then.
 
 The fuzz phase's findings (exact rules, no statistics) take part as checks of the pseudo
 case ``"fuzz"`` named ``family / rule[example family]`` (:func:`fuzz_finding_key`): the
@@ -122,10 +126,14 @@ class AcceptanceComparison:
 class BaselineDiff:
     """What changed between a baseline report and the current one.
 
-    ``regressed`` is True on any new failure, new defect or acceptance drop.
+    ``regressed`` is True on any new failure, new defect or acceptance drop (a new finding
+    of the ``hardening`` tier is a new failure only with ``strict_inputs``; otherwise it is
+    in ``new_hardening``, listed, not a regression).
     """
 
     new_failures: list[dict] = field(default_factory=list)
+    new_hardening: list[dict] = field(default_factory=list)
+    strict_inputs: bool = False
     new_defects: list[dict] = field(default_factory=list)
     acceptance: list[AcceptanceComparison] = field(default_factory=list)
     still_failing: list[dict] = field(default_factory=list)
@@ -147,6 +155,8 @@ class BaselineDiff:
         return {
             "regressed": self.regressed,
             "new_failures": self.new_failures,
+            "new_hardening": self.new_hardening,
+            "strict_inputs": self.strict_inputs,
             "new_defects": self.new_defects,
             "acceptance": [asdict(c) for c in self.acceptance],
             "still_failing": self.still_failing,
@@ -170,6 +180,9 @@ class BaselineDiff:
                          f"<= {f['false_fail_rate']:.3g} (baseline: {was})")
         for d in self.new_defects:
             lines.append(f"  new defect   {d['case']}: {d['defect'].splitlines()[0]}")
+        for f in self.new_hardening:
+            lines.append(f"  new hardening fuzz / {f['check']}: invalid input not refused (not a regression: "
+                         "--strict-inputs makes it one)")
         for c in self.acceptance_drops:
             lines.append(f"  acceptance   {c.case} / {c.row_class}: {c.statistic} {c.baseline:.4g} -> {c.current:.4g} "
                          f"(drop {c.drop:.3g} > allowed {c.allowed_drop:.3g}, p={c.pvalue:.3g})")
@@ -312,7 +325,12 @@ def fuzz_finding_key(finding: Mapping[str, Any]) -> str:
 
 def fuzz_finding_keys(report: Mapping[str, Any]) -> list[str]:
     """:func:`fuzz_finding_key` of each fuzz finding of ``report``, sorted, without repeats."""
-    return sorted({fuzz_finding_key(f) for f in ((report.get("fuzz") or {}).get("findings") or [])})
+    return sorted(_fuzz_rules(report))
+
+
+def _fuzz_rules(report: Mapping[str, Any]) -> dict[str, str]:
+    """``{fuzz_finding_key: rule}`` of the fuzz findings of ``report``."""
+    return {fuzz_finding_key(f): f["rule"] for f in ((report.get("fuzz") or {}).get("findings") or [])}
 
 
 def _compare_fuzz(report: Mapping[str, Any], baseline: Mapping[str, Any], diff: "BaselineDiff") -> None:
@@ -320,21 +338,31 @@ def _compare_fuzz(report: Mapping[str, Any], baseline: Mapping[str, Any], diff: 
         for key in fuzz_finding_keys(baseline):
             diff.not_compared.append(f"fuzz / {key}: in the baseline; this audit ran no fuzz phase")
         return
-    now, before = set(fuzz_finding_keys(report)), set(fuzz_finding_keys(baseline))
+    from .tiers import failing_tiers, tier_of_fuzz_rule
+
+    rules = _fuzz_rules(report)
+    now, before = set(rules), set(fuzz_finding_keys(baseline))
     ran_before = bool(baseline.get("fuzz"))
     if not ran_before:
         diff.notes.append("the baseline ran no fuzz phase: every fuzz finding counts as new")
+    failing = failing_tiers(diff.strict_inputs)
     for key in sorted(now):
+        tier = tier_of_fuzz_rule(rules[key])
         entry = {"case": "fuzz", "check": key, "pvalue": 0.0, "false_fail_rate": 0.0,
-                 "baseline_pvalue": 0.0 if key in before else None}
-        (diff.still_failing if key in before else diff.new_failures).append(entry)
+                 "baseline_pvalue": 0.0 if key in before else None, "tier": tier}
+        if key in before:
+            diff.still_failing.append(entry)
+        elif tier in failing:
+            diff.new_failures.append(entry)
+        else:
+            diff.new_hardening.append(entry)
     for key in sorted(before - now):
         diff.fixed.append({"case": "fuzz", "check": key, "pvalue": 1.0, "false_fail_rate": 0.0,
                            "baseline_pvalue": 0.0})
 
 
 def compare_to_baseline(report: Mapping[str, Any], baseline: Mapping[str, Any], *,
-                        false_alarm_rate: float = 1e-6) -> BaselineDiff:
+                        false_alarm_rate: float = 1e-6, strict_inputs: bool | None = None) -> BaselineDiff:
     """Compare the current audit ``report`` with an earlier ``baseline`` report.
 
     Parameters
@@ -344,6 +372,9 @@ def compare_to_baseline(report: Mapping[str, Any], baseline: Mapping[str, Any], 
     false_alarm_rate : float
         Chance that an unchanged sampler shows an acceptance drop (split over the
         comparisons). New failures are judged at each check's own false-fail rate.
+    strict_inputs : bool, optional
+        Whether a new ``hardening`` finding is a regression (default: the report's own
+        ``settings.strict_inputs``, i.e. ``--strict-inputs`` of the current audit).
 
     Returns
     -------
@@ -359,7 +390,9 @@ def compare_to_baseline(report: Mapping[str, Any], baseline: Mapping[str, Any], 
     if report.get("schema") != baseline.get("schema"):
         raise ValueError(f"report schema {report.get('schema')!r} differs from baseline schema "
                          f"{baseline.get('schema')!r}")
-    diff = BaselineDiff(false_alarm_rate=false_alarm_rate)
+    if strict_inputs is None:
+        strict_inputs = bool((report.get("settings") or {}).get("strict_inputs"))
+    diff = BaselineDiff(false_alarm_rate=false_alarm_rate, strict_inputs=bool(strict_inputs))
     now, before = _checks(report), _checks(baseline)
     for key, chk in now.items():
         if chk["name"] == "defect":

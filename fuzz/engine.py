@@ -1,19 +1,31 @@
-"""Run one fuzz family with Hypothesis: generate, check, shrink, remember.
+"""Run one fuzz family with Hypothesis: generate, check every example, shrink each finding.
 
 :func:`run_family` runs a :class:`~specexact.fuzz.families.Family`'s property under the
-fuzz settings (:class:`~specexact.fuzz.settings.FuzzSettings`): a fixed number of
-examples, or as many as fit a time limit (in chunks of Hypothesis runs, each seeded
-from the audit seed, the family and the chunk number), stopping at the first failure.
-Hypothesis shrinks every failing rule on its own (:func:`~specexact.fuzz.rules.rule_error`
-gives each rule its own exception type) and raises the shrunk examples; with an example
-database (beside the reports) failures are saved under a key of the sampler and the
-family, and the next run replays them first.
+fuzz settings (:class:`~specexact.fuzz.settings.FuzzSettings`) in two phases:
+
+1. **search**: a fixed number of examples, or as many as fit a time limit (in chunks of
+   Hypothesis runs, each seeded from the audit seed, the sampler, the family and the chunk
+   number). *Every* example is checked, a failure included: the property records a broken
+   rule and carries on, so a family does not stop at its first failure. Each distinct
+   :func:`finding_key` (rule, the example's input family, and for the acceptance rule the
+   direction of the wrong decision) is remembered with the first example that broke it. For
+   a fixed seed and example count the set of keys is therefore the same in every run and
+   every process (regression mode compares it: :mod:`specexact.audit.baseline`); it does
+   not depend on which failure Hypothesis happened to meet first, nor on the database.
+   With an example database, its saved failures are replayed first (read only) as extra
+   examples: a defect found in an earlier run with another seed stays found until fixed.
+2. **shrink**: per key (at most :data:`MAX_SHRUNK_KEYS` per family; the rest keep their
+   first example unshrunk), Hypothesis replays the chunk where the key first appeared,
+   skipping the examples before that one, and shrinks it, counting as a failure only the
+   same key: the shrunk example keeps the key's rule and input family. With a database the
+   shrunk failure is saved under the family's key.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
+import unittest
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,13 +34,28 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_
 
 from .rules import RuleBroken
 
-__all__ = ["FamilyRun", "run_family", "family_seed"]
+__all__ = ["FamilyRun", "run_family", "family_seed", "finding_key", "MAX_SHRUNK_KEYS"]
+
+MAX_SHRUNK_KEYS = 8
+"""Keys of one family whose first example is shrunk (the others are reported unshrunk)."""
 
 
 def family_seed(seed: int, sampler: str, family: str, chunk: int = 0) -> int:
     """Hypothesis seed of a family's chunk: a stable function of the audit seed, the
     sampler's name, the family and the chunk number."""
     return (int(seed) * 1_000_003 + zlib.crc32(f"{sampler}/{family}/{chunk}".encode())) % (2**63)
+
+
+def finding_key(exc: RuleBroken, summary: dict) -> tuple[str, str, str]:
+    """``(rule, input family, direction)`` of a broken rule on an example whose
+    ``describe()`` is ``summary``: the identity of a finding within its family (the
+    direction, ``"rejects"`` / ``"accepts"``, only for the acceptance rule: a draft rejected
+    that must be accepted, or the reverse; ``""`` otherwise)."""
+    direction = ""
+    if exc.rule == "acceptance_rule":
+        must = getattr(exc, "must_accept", None)
+        direction = "" if must is None else ("rejects" if must else "accepts")
+    return exc.rule, str(summary.get("family", "?")), direction
 
 
 @dataclass
@@ -40,23 +67,26 @@ class FamilyRun:
     name, description : str
     rules : tuple of str
     examples : int
-        Examples checked before the first failure (all of them without one): what was tried.
+        Examples checked in the search phase (every one, failures included).
     calls : int
-        Calls of the property in all (shrinking included).
+        Calls of the property in all (the shrink phase included).
     examples_to_failure : int or None
         The number of the example that first failed (1-based), if one did.
     time_s : float
     stopped : str
-        ``"examples"`` (the fixed count was reached), ``"time"`` (the time limit),
-        ``"failure"`` or ``"error"``.
+        ``"examples"`` (the fixed count was reached), ``"time"`` (the time limit) or
+        ``"error"``.
     failures : list of RuleBroken
-        Shrunk failures (``.example`` is the shrunk example), one per rule / origin.
+        One per distinct :func:`finding_key`, in the order first found: the shrunk failure
+        (``.example`` is its example, ``.first_example`` the number of the example that
+        first broke it, ``.failing_examples`` how many examples broke it).
     flaky : bool
-        Hypothesis found a failure that did not reproduce when replayed.
+        A key's first example did not fail again when replayed for shrinking (its
+        unshrunk example is reported).
     error : str or None
         The family could not run (the fuzzer's own problem), with a traceback tail.
     tried : Counter
-        Examples per input family (``describe(example)["family"]``) before the first failure.
+        Examples per input family (``describe(example)["family"]``).
     vocab : tuple of (int, int)
         Smallest and largest V tried.
     """
@@ -85,6 +115,37 @@ def _flatten(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def _error_text(exc: BaseException) -> str:
+    tail = "".join(traceback.format_exception(exc)[-6:])
+    return f"{type(exc).__name__}: {exc}\n{tail}"
+
+
+@dataclass
+class _Found:
+    """The first example of one key in the search phase."""
+
+    exc: RuleBroken
+    example: object
+    where: tuple  # ("db",) or ("chunk", chunk number, its size)
+    number: int  # 1-based example number
+    count: int = 1
+
+
+def _hypothesis_run(family, fuzz_settings, prop, *, seed: int | None, max_examples: int, phases, database,
+                    key: bytes):
+    test = given(family.strategy)(prop)
+    # The seed first: hypothesis.seed() turns the database off, and these settings
+    # (applied after it) turn it back on.
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    test = hypothesis_settings(
+        max_examples=max_examples, database=database, deadline=None, derandomize=False, phases=phases,
+        suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, report_multiple_bugs=False,
+        print_blob=False)(test)
+    test._hypothesis_internal_database_key = key
+    return test
+
+
 def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None, time_limit_s: float | None,
                database=None, seed: int = 0) -> FamilyRun:
     """Run ``family`` (module docstring).
@@ -100,98 +161,160 @@ def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None,
         Examples to generate (None: until ``time_limit_s``).
     time_limit_s : float or None
         Stop generating after this long (None: no limit; then ``max_examples`` is needed).
+        The shrink phase comes after it.
     database : hypothesis.database.ExampleDatabase or None
+        Saved failures, replayed (read only) before the search, and where shrunk ones go.
     seed : int
         The audit seed.
 
     Returns
     -------
     FamilyRun
+
+    Raises
+    ------
+    ValueError
+        Neither ``max_examples`` nor ``time_limit_s`` is given.
     """
     if max_examples is None and time_limit_s is None:
         raise ValueError("give max_examples or time_limit_s")
+    from hypothesis.database import ReadOnlyDatabase
+
     run = FamilyRun(family.name, family.description, family.rules)
-    state = {"failed_at": None, "skipped": 0, "deadline": None}
+    db_key = f"specexact.fuzz/{sampler}/{family.name}".encode()
+    found: dict[tuple, _Found] = {}
+    state = {"skipped": 0, "deadline": None, "where": None, "checked": 0}
     low, high = None, None
 
-    def prop(example) -> None:
+    def search(example) -> None:
         nonlocal low, high
-        if (state["failed_at"] is None and state["deadline"] is not None
-                and time.perf_counter() > state["deadline"]):
+        if state["deadline"] is not None and time.perf_counter() > state["deadline"]:
             state["skipped"] += 1  # past the time limit: the rest of this Hypothesis run is drawn, not checked
             return
         run.calls += 1
-        if state["failed_at"] is None:
-            d = family.describe(example)
-            run.tried[d.get("family", "?")] += 1
-            v = int(d.get("vocab_size", 0))
-            low, high = (v if low is None else min(low, v)), (v if high is None else max(high, v))
+        state["checked"] += 1
+        run.examples += 1
+        d = family.describe(example)
+        run.tried[d.get("family", "?")] += 1
+        v = int(d.get("vocab_size", 0))
+        low, high = (v if low is None else min(low, v)), (v if high is None else max(high, v))
         try:
             family.check(example)
         except RuleBroken as exc:
-            if state["failed_at"] is None:
-                state["failed_at"] = run.calls
-            exc.example = example
-            raise
+            key = finding_key(exc, d)
+            if key in found:
+                found[key].count += 1
+            else:
+                exc.example = example
+                found[key] = _Found(exc, example, state["where"], run.examples)
+            if run.examples_to_failure is None:
+                run.examples_to_failure = run.examples
 
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + time_limit_s
-    state["deadline"] = deadline
-    done, chunk = 0, 0
-    per_example = None
-    while True:
-        left = None if max_examples is None else max_examples - done
-        if left is not None and left <= 0:
-            run.stopped = "examples"
-            break
-        now = time.perf_counter()
-        if deadline is not None and now >= deadline:
-            run.stopped = "time"
-            break
-        if deadline is None:
-            size = left
-        else:
-            # Examples differ in cost by orders of magnitude (V from 1 to 262145): a run that
-            # overshoots draws the rest of its examples without checking them (prop above).
-            guess = fuzz_settings.first_chunk if per_example is None else int((deadline - now) / max(per_example, 1e-3))
-            size = max(1, min(guess, fuzz_settings.max_chunk, left if left is not None else guess))
-        test = given(family.strategy)(prop)
-        # The seed first: hypothesis.seed() turns the database off, and these settings
-        # (applied after it) turn it back on, so a seeded run still replays saved failures.
-        test = hypothesis_seed(family_seed(seed, sampler, family.name, chunk))(test)
-        test = hypothesis_settings(
-            max_examples=size, database=database, deadline=None, derandomize=False,
-            phases=fuzz_settings.phases, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
-            report_multiple_bugs=True, print_blob=False)(test)
-        test._hypothesis_internal_database_key = f"specexact.fuzz/{sampler}/{family.name}".encode()
-        checked_before, skipped_before = run.calls, state["skipped"]
-        t0 = time.perf_counter()
-        try:
-            test()
-        except BaseException as exc:  # noqa: BLE001 - sorted below; KeyboardInterrupt goes on up
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            found = _flatten(exc)
-            broken = [e for e in found if isinstance(e, RuleBroken)]
-            others = [e for e in found if not isinstance(e, RuleBroken)]
-            run.flaky = any(type(e).__name__.startswith("Flaky") for e in [exc, *found])
-            if broken:
-                run.failures.extend(broken)
-                run.stopped = "failure"
-            if others and not broken:
-                tail = "".join(traceback.format_exception(others[0])[-6:])
-                run.error = f"{type(others[0]).__name__}: {others[0]}\n{tail}"
-                run.stopped = "error"
-            break
-        finally:
-            took = time.perf_counter() - t0
-            checked = run.calls - checked_before
-            if checked > 0:
-                per_example = took / checked
-            done += max(checked + state["skipped"] - skipped_before, 1)
-            chunk += 1
+    base = tuple(p for p in fuzz_settings.phases if p not in (Phase.reuse, Phase.shrink, Phase.explicit))
+    try:
+        if database is not None:
+            state["where"] = ("db",)
+            try:
+                _hypothesis_run(family, fuzz_settings, search, seed=None, max_examples=10_000, phases=(Phase.reuse,),
+                                database=ReadOnlyDatabase(database), key=db_key)()
+            except unittest.SkipTest:  # Hypothesis' word for "a run of the reuse phase alone"
+                pass
+        state["deadline"] = deadline
+        done, chunk = 0, 0
+        per_example = None
+        while True:
+            left = None if max_examples is None else max_examples - done
+            if left is not None and left <= 0:
+                run.stopped = "examples"
+                break
+            now = time.perf_counter()
+            if deadline is not None and now >= deadline:
+                run.stopped = "time"
+                break
+            if deadline is None:
+                size = left
+            else:
+                # Examples differ in cost by orders of magnitude (V from 1 to 262145): a run that
+                # overshoots draws the rest of its examples without checking them (search above).
+                guess = (fuzz_settings.first_chunk if per_example is None
+                         else int((deadline - now) / max(per_example, 1e-3)))
+                size = max(1, min(guess, fuzz_settings.max_chunk, left if left is not None else guess))
+            state["where"] = ("chunk", chunk, size)
+            checked_before, skipped_before = state["checked"], state["skipped"]
+            t0 = time.perf_counter()
+            try:
+                _hypothesis_run(family, fuzz_settings, search, seed=family_seed(seed, sampler, family.name, chunk),
+                                max_examples=size, phases=base, database=None, key=db_key)()
+            finally:
+                took = time.perf_counter() - t0
+                checked = state["checked"] - checked_before
+                if checked > 0:
+                    per_example = took / checked
+                done += max(checked + state["skipped"] - skipped_before, 1)
+                chunk += 1
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the check's own error (not a RuleBroken): the fuzzer's problem
+        others = [e for e in _flatten(exc) if not isinstance(e, RuleBroken)] or [exc]
+        run.error = _error_text(others[0])
+        run.stopped = "error"
+    state["deadline"] = None
+    for k, (key, first) in enumerate(found.items()):
+        shrunk = _shrink(family, fuzz_settings, first, key, seed=seed, sampler=sampler, database=database,
+                         db_key=db_key, run=run) if k < MAX_SHRUNK_KEYS and run.error is None else None
+        exc = shrunk if shrunk is not None else first.exc
+        if shrunk is None:
+            exc.example = first.example
+        exc.first_example = first.number
+        exc.failing_examples = first.count
+        exc.key = key
+        run.failures.append(exc)
     run.time_s = time.perf_counter() - start
-    run.examples_to_failure = state["failed_at"]
-    run.examples = (state["failed_at"] - 1) if state["failed_at"] is not None else run.calls
     run.vocab = (low or 0, high or 0)
     return run
+
+
+def _shrink(family, fuzz_settings, first: _Found, key: tuple, *, seed: int, sampler: str, database, db_key: bytes,
+            run: FamilyRun) -> RuleBroken | None:
+    """The shrunk failure of ``key`` (module docstring, phase 2), or None when its first
+    example does not fail the same way again (``run.flaky`` is then set)."""
+    from hypothesis.database import ReadOnlyDatabase
+
+    target = repr(first.example)
+    state = {"started": False}
+
+    def prop(example) -> None:
+        if not state["started"]:
+            if repr(example) != target:
+                return  # before the key's first example: checked in the search already
+            state["started"] = True
+        run.calls += 1
+        try:
+            family.check(example)
+        except RuleBroken as exc:
+            if finding_key(exc, family.describe(example)) == key:
+                exc.example = example
+                raise
+    if first.where[0] == "db":
+        phases, db, hseed, size = (Phase.reuse, Phase.shrink), ReadOnlyDatabase(database), None, 10_000
+    else:
+        _, chunk, size = first.where
+        phases = tuple(p for p in fuzz_settings.phases if p not in (Phase.reuse, Phase.explicit))
+        phases = phases if Phase.shrink in phases else phases + (Phase.shrink,)
+        db, hseed = database, family_seed(seed, sampler, family.name, chunk)
+    test = _hypothesis_run(family, fuzz_settings, prop, seed=hseed, max_examples=size, phases=phases, database=db,
+                           key=db_key)
+    try:
+        test()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        broken = [e for e in _flatten(exc) if isinstance(e, RuleBroken)]
+        if broken:
+            return broken[0]
+        run.flaky = True
+        return None
+    run.flaky = True
+    return None

@@ -17,6 +17,9 @@ family                      examples                                            
 ``logits_calls``            raw logits, parameters, histories (logits level)       as ``verify_calls``
 ``logits_acceptance_probes``  the same, V <= 8193                                  as ``acceptance_probes``
 ``logits_invalid_inputs``   a small logits example with one corruption             refuses invalid input
+``tree_calls``              draft trees (:mod:`.trees`), V <= 64, N <= 15          as ``verify_calls`` (tree
+                                                                                   output protocol)
+``tree_invalid_inputs``     a small draft tree with one corruption                 refuses invalid input
 ==========================  =====================================================  ==========================
 """
 
@@ -33,6 +36,7 @@ from .invalid import LOGITS_CORRUPTIONS, PROB_CORRUPTIONS, check_refused
 from .invariants import check_call_invariants
 from .probes import probe_example
 from .subject import Call, Subject
+from .trees import (LOSSLESS_TREE_SCHEMES, TREE_CORRUPTIONS, check_tree_call, check_tree_refused, tree_examples)
 
 __all__ = ["Family", "families_for", "not_applicable", "PROBE_MAX_VOCAB", "INVALID_MAX_VOCAB"]
 
@@ -116,8 +120,9 @@ def not_applicable(subject: Subject) -> list[dict]:
     """What of the fuzz phase does not apply to ``subject``, and why:
     ``[{"what": family or rule name, "reason": str}]``.
 
-    - A sampler of another call protocol than ``"chain"`` (a tree verifier) gets no
-      family: the examples are chain ``verify`` inputs.
+    - A tree-protocol sampler gets the tree families (:mod:`.trees`): no acceptance-rule
+      probes (supplied uniforms are a chain-protocol entry point), and ``uses_generator``
+      only for a lossless tree scheme declaring generator randomness.
     - The acceptance-rule probes compare each draft's acceptance threshold with
       ``min(1, p/q)``, and the rule ``uses_generator`` calls a decision random when that
       ratio is strictly inside (0, 1): both are the token-wise rule's, so a sampler that
@@ -128,9 +133,18 @@ def not_applicable(subject: Subject) -> list[dict]:
       generator state giving the same output, invalid inputs) hold for every scheme.
     """
     out = []
+    if subject.protocol == "tree":
+        out.append({"what": "acceptance_probes", "reason": "the probes supply acceptance uniforms through the chain "
+                                                           "protocol's verify_with_uniforms; the sampler declares "
+                                                           "protocol 'tree'"})
+        if subject.scheme not in LOSSLESS_TREE_SCHEMES or subject.randomness != "generator":
+            out.append({"what": "uses_generator", "reason": f"a random first token is the law of a lossless tree "
+                                                            f"scheme drawing from its generator; the sampler declares "
+                                                            f"scheme {subject.scheme!r}, randomness "
+                                                            f"{subject.randomness!r}"})
+        return out
     if subject.protocol != "chain":
-        out.append({"what": "every family", "reason": f"the examples are chain verify inputs; the sampler declares "
-                                                      f"protocol {subject.protocol!r}"})
+        out.append({"what": "every family", "reason": f"no examples of protocol {subject.protocol!r}"})
         return out
     if subject.scheme != "tokenwise":
         why = (f"judges the token-wise acceptance rule min(1, p/q); the sampler declares scheme "
@@ -151,6 +165,8 @@ def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Fami
 
     ``max_vocab`` caps V everywhere (default: 262145 for the call families).
     """
+    if subject.protocol == "tree":
+        return _tree_families(subject, max_vocab)
     if subject.protocol != "chain":
         return []
     tokenwise = subject.scheme == "tokenwise"
@@ -181,3 +197,30 @@ def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Fami
                       ("refuses_invalid_input",), st.tuples(small, st.sampled_from(corruptions), SEEDS),
                       _invalid(subject), 0.2, _describe_invalid))
     return out
+
+
+def _tree_families(subject: Subject, max_vocab: int | None) -> list[Family]:
+    """``tree_calls`` and ``tree_invalid_inputs`` (:mod:`.trees`)."""
+    def calls(example) -> None:
+        check_tree_call(subject, Call(entry="verify_tree", inputs=example.inputs,
+                                      generator_seed=example.generator_seed, source=f"{example!r}.inputs"))
+
+    def invalid(case) -> None:
+        example, kind, seed = case
+        check_tree_refused(subject, example.inputs, kind, seed=seed,
+                           source=f"corrupt_tree({example!r}.inputs, {kind!r}, {seed})")
+
+    rules = _CALL_RULES
+    if subject.scheme not in LOSSLESS_TREE_SCHEMES or subject.randomness != "generator":
+        rules = tuple(r for r in _CALL_RULES if r != "uses_generator")
+    small = tree_examples(subject, max_vocab=min(max_vocab or INVALID_MAX_VOCAB, INVALID_MAX_VOCAB), max_batch=2,
+                          max_nodes=6)
+    return [Family("tree_calls", "generated draft trees (full trees, chains, per-row random trees; i.i.d., "
+                                 "without-replacement and top-k drafting; float edges; V up to 64): one call, then "
+                                 "the same generator state again with torch's global RNG reseeded",
+                   rules, tree_examples(subject, max_vocab=max_vocab), calls, 0.7, _describe),
+            Family("tree_invalid_inputs", "a small draft tree with one corruption (NaN, negative, no mass, ids out "
+                                          "of range, parents not earlier nodes, wrong shapes or dtypes, not a "
+                                          "generator)",
+                   ("refuses_invalid_input",), st.tuples(small, st.sampled_from(TREE_CORRUPTIONS), SEEDS), invalid,
+                   0.3, _describe_invalid)]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from specexact.decoders.adapters.protocol import LogitsVerifyInputs
+
 from .engine import FamilyRun
-from .examples import ProbInputs
 from .replay import replay_script
 from .rules import RULES, RuleBroken
 from .settings import FuzzSettings
@@ -39,7 +40,10 @@ class Finding:
         The failing call: entry point, generator seed, supplied uniforms, sizes, whether the
         replay prints the inputs literally.
     examples_to_failure : int or None
-        The number of the example that first failed in its family (before shrinking).
+        The number of the example of its family that first broke the rule this way (before
+        shrinking; every example of the family is checked, :mod:`.engine`).
+    failing_examples : int
+        How many examples of its family broke it this way.
     replay : str
         A stand-alone script that repeats the call and checks the rule.
     known_as : str or None
@@ -58,12 +62,13 @@ class Finding:
     replay: str
     known_as: str | None = None
     flaky: bool = False
+    failing_examples: int = 1
 
     def to_dict(self) -> dict:
         return {"family": self.family, "rule": self.rule, "rule_text": RULES[self.rule], "message": self.message,
                 "example": self.example, "example_summary": dict(self.example_summary), "call": dict(self.call),
                 "examples_to_failure": self.examples_to_failure, "replay": self.replay, "known_as": self.known_as,
-                "flaky": self.flaky}
+                "flaky": self.flaky, "failing_examples": self.failing_examples}
 
 
 def _call_summary(call) -> dict:
@@ -73,7 +78,7 @@ def _call_summary(call) -> dict:
     return {"entry": call.entry, "generator_seed": int(call.generator_seed),
             "uniforms": None if call.uniforms is None else [[float(u) for u in row] for row in call.uniforms.tolist()],
             "vocab_size": call.vocab_size, "batch_size": B, "num_draft_tokens": K,
-            "level": "probability" if isinstance(x, ProbInputs) else "logits"}
+            "level": "logits" if isinstance(x, LogitsVerifyInputs) else "probability"}
 
 
 def finding_of(subject: Subject, run: FamilyRun, exc: RuleBroken, describe) -> Finding:
@@ -94,8 +99,9 @@ def finding_of(subject: Subject, run: FamilyRun, exc: RuleBroken, describe) -> F
                            call=call, call_timeout_s=subject.call_timeout_s or 30.0, corruption=corruption,
                            must_accept=getattr(exc, "must_accept", None))
     return Finding(family=run.name, rule=exc.rule, message=exc.message, example=shown, example_summary=summary,
-                   call=_call_summary(call), examples_to_failure=run.examples_to_failure, replay=script,
-                   known_as=known, flaky=run.flaky)
+                   call=_call_summary(call),
+                   examples_to_failure=getattr(exc, "first_example", run.examples_to_failure), replay=script,
+                   known_as=known, flaky=run.flaky, failing_examples=int(getattr(exc, "failing_examples", 1)))
 
 
 @dataclass

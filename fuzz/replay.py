@@ -56,6 +56,8 @@ def tensor_literal(t: torch.Tensor) -> str:
 
 
 def _numbers(inputs) -> int:
+    if hasattr(inputs, "FIELDS"):  # the tree inputs
+        return sum(getattr(inputs, k).numel() for k in inputs.FIELDS)
     if isinstance(inputs, ProbInputs):
         return inputs.draft_token_ids.numel() + inputs.draft_probs.numel() + inputs.target_probs.numel()
     return sum(getattr(inputs, k).numel() for k in ("draft_token_ids", "draft_probs", "target_logits",
@@ -66,6 +68,9 @@ def _inputs_code(call: Call) -> tuple[str, bool]:
     x = call.inputs
     if _numbers(x) > LITERAL_MAX_NUMBERS and call.source:
         return f"inputs = {call.source}\n", False
+    if hasattr(x, "FIELDS"):
+        return ("inputs = TreeProbInputs(\n" + "".join(f"    {k}={tensor_literal(getattr(x, k))},\n" for k in x.FIELDS)
+                + ")\n"), True
     if isinstance(x, ProbInputs):
         return (f"inputs = ProbInputs(\n    {tensor_literal(x.draft_token_ids)},\n    {tensor_literal(x.draft_probs)},\n"
                 f"    {tensor_literal(x.target_probs)})\n"), True
@@ -87,6 +92,8 @@ def _call_expr(call: Call) -> str:
                 "uniforms, gen)")
     if call.entry == "verify_logits":
         return "sampler.verify_logits(inputs, gen)"
+    if call.entry == "verify_tree":
+        return "sampler(inputs.draft_token_ids, inputs.parent_ids, inputs.draft_probs, inputs.target_probs, gen)"
     return "sampler.verify_logits_with_uniforms(inputs, uniforms, gen)"
 
 
@@ -127,6 +134,35 @@ _CHECKS = {
 }
 
 
+_TREE_CHECKS = {
+    **_CHECKS,
+    "no_crash": _CHECKS["no_crash"].replace("print(out.tolist(), 'not reproduced')",
+                                            "print(out[0].tolist(), 'not reproduced')"),
+    "output_protocol": ("from specexact.decoders import VerifierProtocolError\n"
+                        "from specexact.decoders.tree import check_tree_output\n"
+                        "out = call()\ntry:\n    check_tree_output(out, inputs.draft_token_ids, inputs.parent_ids, {V})\n"
+                        "except VerifierProtocolError as exc:\n    print('REPRODUCED:', exc)\n"
+                        "else:\n    print(out[0].tolist(), 'not reproduced')\n"),
+    "zero_probability_token": (
+        "tokens, nodes = (t.long().tolist() for t in call())\n"
+        "p = inputs.target_probs\n"
+        "bad = [(b, j, t) for b, row in enumerate(tokens) for j, t in enumerate(row) if t >= 0 and "
+        "p[b, 0 if j == 0 else nodes[b][j - 1] + 1, t] == 0]  # the row each token is drawn from\n"
+        "print(tokens, 'REPRODUCED: (row, position, token) ' + str(bad) if bad else 'not reproduced')\n"),
+    "inputs_unmodified": (
+        "copy = inputs.clone()\ncall()\n"
+        "changed = [k for k in inputs.FIELDS if not torch.equal(torch.nan_to_num(getattr(inputs, k)), "
+        "torch.nan_to_num(getattr(copy, k)))]\n"
+        "print('REPRODUCED: modified ' + ', '.join(changed) if changed else 'not reproduced')\n"),
+    "same_generator_same_output": (
+        "a, b = call(global_seed={g1}), call(global_seed={g2})  # same generator seed, other global RNG\n"
+        "same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])\n"
+        "print(a[0].tolist(), b[0].tolist(), 'not reproduced' if same else 'REPRODUCED')\n"),
+    "refuses_invalid_input": _CHECKS["refuses_invalid_input"].replace("out.tolist()", "type(out).__name__"),
+}
+"""The checks of a tree call (``verify_tree``: the output is ``(tokens, accepted_nodes)``)."""
+
+
 def _plain(text: str) -> str:
     """``text`` for a comment line: no ``<``, ``>`` or ``&`` (as HTML entities' words)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -162,12 +198,17 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
                "from specexact.decoders import SamplingParams",
                "from specexact.decoders.adapters import LogitsVerifyInputs",
                "from specexact.fuzz.examples import ProbInputs"]
+    if call.entry == "verify_tree":
+        imports.append("from specexact.fuzz.trees import TreeExample, TreeProbInputs, corrupt_tree")
+        if not literal:
+            imports.append("from specexact.strategies import TreeVerifyCase")
     if not literal:
         imports += [REPLAY_IMPORTS.rstrip("\n").replace("from specexact.decoders import SamplingParams\n", ""),
                     "from specexact.fuzz.invalid import corrupt",
                     "from specexact.fuzz.probes import all_probe_rows, stack_rows"]
     uniforms = "" if call.uniforms is None else f"uniforms = {tensor_literal(call.uniforms.to(torch.float64))}\n"
-    check = _CHECKS[rule].format(limit=call_timeout_s, V=call.vocab_size, name=sampler, gseed=call.generator_seed,
+    checks = _TREE_CHECKS if call.entry == "verify_tree" else _CHECKS
+    check = checks[rule].format(limit=call_timeout_s, V=call.vocab_size, name=sampler, gseed=call.generator_seed,
                                  g1=GLOBAL_SEED, g2=OTHER_GLOBAL_SEED, must_accept=must_accept,
                                  bad_gen="object()" if corruption == "not_a_generator" else "None")
     return (

@@ -72,8 +72,8 @@ class Call:
 
     Attributes
     ----------
-    entry : {"verify", "verify_with_uniforms", "verify_logits", "verify_logits_with_uniforms"}
-    inputs : ProbInputs or LogitsVerifyInputs
+    entry : {"verify", "verify_with_uniforms", "verify_logits", "verify_logits_with_uniforms", "verify_tree"}
+    inputs : ProbInputs, LogitsVerifyInputs or TreeProbInputs
     uniforms : torch.Tensor or None
         ``[B, K]`` float64 acceptance uniforms (the ``*_with_uniforms`` entries).
     generator_seed : int
@@ -83,15 +83,15 @@ class Call:
     """
 
     entry: str
-    inputs: ProbInputs | LogitsVerifyInputs
+    inputs: object
     uniforms: torch.Tensor | None = None
     generator_seed: int = 0
     source: str = ""
 
     @property
     def vocab_size(self) -> int:
-        return int(self.inputs.target_probs.shape[-1] if isinstance(self.inputs, ProbInputs)
-                   else self.inputs.target_logits.shape[-1])
+        x = self.inputs
+        return int(x.target_logits.shape[-1] if isinstance(x, LogitsVerifyInputs) else x.target_probs.shape[-1])
 
     @property
     def draft_token_ids(self) -> torch.Tensor:
@@ -135,8 +135,8 @@ class Subject:
         acceptance-rule probes and the rule ``uses_generator`` judge the token-wise rule
         only (:func:`~specexact.fuzz.families.not_applicable`).
     protocol : str
-        The declared call protocol (``"chain"`` when undeclared); the fuzz phase generates
-        chain ``verify`` inputs only.
+        The declared call protocol (``"chain"`` when undeclared): chain ``verify`` inputs,
+        or draft trees for ``"tree"`` (:mod:`specexact.fuzz.trees`).
     """
 
     sampler: object
@@ -206,6 +206,8 @@ class Subject:
                               x.target_probs.to(self.device))
         from dataclasses import replace
 
+        if not isinstance(x, LogitsVerifyInputs):  # the tree inputs (specexact.fuzz.trees.TreeProbInputs)
+            return type(x)(*(getattr(x, k).to(self.device) for k in x.FIELDS))
         return replace(x, **{k: getattr(x, k).to(self.device) for k in (
             "draft_token_ids", "draft_probs", "target_logits", "prompt_token_ids", "output_token_ids")})
 
@@ -232,4 +234,6 @@ class Subject:
                 return self.sampler.verify_logits(x, gen)
             if call.entry == "verify_logits_with_uniforms":
                 return self.sampler.verify_logits_with_uniforms(x, uniforms, gen)
+            if call.entry == "verify_tree":
+                return self.sampler(x.draft_token_ids, x.parent_ids, x.draft_probs, x.target_probs, gen)
         raise ValueError(f"unknown entry {call.entry!r}")

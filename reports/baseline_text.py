@@ -26,6 +26,8 @@ def baseline_lines(baseline: dict) -> list[str]:
     lines = []
     for f in baseline.get("new_failures") or []:
         lines.append(f"new failure: {_check(f)}")
+    for f in baseline.get("new_hardening") or []:
+        lines.append(f"new hardening finding (not a regression without --strict-inputs): {_check(f)}")
     for d in baseline.get("new_defects") or []:
         lines.append(f"new defect: {d['case']}: {str(d.get('defect') or '').splitlines()[0][:160]}")
     for a in baseline.get("acceptance") or []:

@@ -85,7 +85,7 @@ FUZZ_DEFS: dict[str, Any] = {
                              "level"],
                 "properties": {
                     "entry": {"enum": ["verify", "verify_with_uniforms", "verify_logits",
-                                       "verify_logits_with_uniforms"]},
+                                       "verify_logits_with_uniforms", "verify_tree"]},
                     "generator_seed": {"type": "integer", "minimum": 0},
                     "uniforms": {"anyOf": [{"type": "null"},
                                            {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}]},
@@ -99,6 +99,7 @@ FUZZ_DEFS: dict[str, Any] = {
             "replay": {"type": "string"},
             "known_as": _NULLABLE_STRING,
             "flaky": {"type": "boolean"},
+            "failing_examples": {"type": "integer", "minimum": 1},
             "tier": _TIER,
         },
     },

@@ -20,6 +20,9 @@ pairs
 truncation
     :func:`sampling_params`, :func:`histories`, :func:`pipeline_cases`: top-k / top-p /
     min-p edges and penalties with repeating histories.
+trees
+    :func:`draft_trees`: inputs of the tree protocol (full trees, chains, per-row random
+    trees; i.i.d., without-replacement and top-k drafting; float edges).
 uniforms
     :func:`acceptance_probes`, :func:`boundary_uniforms`: uniforms on the acceptance
     boundary ``u * q < p``.
@@ -54,6 +57,7 @@ from .truncation import (
     sampling_params,
     sampling_params_family,
 )
+from .trees import TREE_DRAFTING_RULES, TREE_EDGES, TREE_SHAPES, TreeVerifyCase, draft_trees
 from .uniforms import (
     PROBE_PAIR_KINDS,
     UNIFORM_KINDS,
@@ -75,17 +79,22 @@ __all__ = [
     "PROBE_PAIR_KINDS",
     "PROB_FAMILIES",
     "REAL_VOCAB_SIZES",
+    "TREE_DRAFTING_RULES",
+    "TREE_EDGES",
+    "TREE_SHAPES",
     "UNIFORM_KINDS",
     "VOCAB_FAMILIES",
     "AcceptanceProbe",
     "InvalidArgument",
     "LogitsCase",
     "PipelineCase",
+    "TreeVerifyCase",
     "ProbsCase",
     "VerifyCase",
     "acceptance_probes",
     "boundary_uniforms",
     "draft_target_pairs",
+    "draft_trees",
     "first_token_law",
     "histories",
     "logit_tensors",

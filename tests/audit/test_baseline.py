@@ -178,13 +178,26 @@ def test_fuzz_findings_take_part_new_ones_regress_known_ones_do_not():
     diff = compare_to_baseline(same, base)
     assert not diff.regressed and {f["check"] for f in diff.still_failing if f["case"] == "fuzz"} == {
         "acceptance_probes / zero_probability_token[identical]", "invalid_inputs / refuses_invalid_input[nan_draft_prob]"}
-    # Another corruption refused badly is a new finding; the zero-probability one fixed.
+    # Another corruption refused badly is a new finding of the hardening tier: listed, a
+    # regression only with --strict-inputs (as it fails an audit only then); the
+    # zero-probability one fixed.
     other = ("invalid_inputs", "refuses_invalid_input", "nan_target_prob")
     diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(nan, other)}, base)
-    assert diff.regressed
-    assert [f["check"] for f in diff.new_failures] == ["invalid_inputs / refuses_invalid_input[nan_target_prob]"]
+    assert not diff.regressed and diff.new_failures == []
+    assert [f["check"] for f in diff.new_hardening] == ["invalid_inputs / refuses_invalid_input[nan_target_prob]"]
+    assert "new hardening" in diff.summary() and diff.to_dict()["new_hardening"] == diff.new_hardening
     assert [f["check"] for f in diff.fixed if f["case"] == "fuzz"] == ["acceptance_probes / zero_probability_token[identical]"]
-    assert "an exact rule broken" in diff.summary()
+    strict = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(nan, other)}, base, strict_inputs=True)
+    assert strict.regressed
+    assert [f["check"] for f in strict.new_failures] == ["invalid_inputs / refuses_invalid_input[nan_target_prob]"]
+    assert "an exact rule broken" in strict.summary()
+    # the current audit's own --strict-inputs is the default
+    report_strict = copy.deepcopy(BASE)
+    report_strict["settings"] = {**report_strict.get("settings", {}), "strict_inputs": True}
+    assert compare_to_baseline({**report_strict, "fuzz": _fuzz(nan, other)}, base).regressed
+    # a new defect-tier finding is a regression without --strict-inputs
+    crash = ("verify_calls", "no_crash", "identical")
+    assert compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(zero, nan, crash)}, base).regressed
     # A baseline without the fuzz phase: every finding is new, and said so.
     diff = compare_to_baseline({**copy.deepcopy(BASE), "fuzz": _fuzz(zero)}, copy.deepcopy(BASE))
     assert diff.regressed and any("no fuzz phase" in n for n in diff.notes)

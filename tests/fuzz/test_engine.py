@@ -30,11 +30,45 @@ def run(family, **kw):
 def test_failures_are_shrunk_and_the_run_is_deterministic():
     a = run(toy_family(), max_examples=50, time_limit_s=None, seed=4)
     b = run(toy_family(), max_examples=50, time_limit_s=None, seed=4)
-    assert a.stopped == "failure" and len(a.failures) == 1
-    assert a.failures[0].example == [1001] and a.failures[0].rule == "no_crash"
-    assert (a.examples, a.examples_to_failure, a.calls, dict(a.tried)) == \
-        (b.examples, b.examples_to_failure, b.calls, dict(b.tried))
-    assert a.examples == a.examples_to_failure - 1
+    assert a.stopped == "examples" and a.examples == 50  # every example checked, failures included
+    assert a.failures and all(f.rule == "no_crash" for f in a.failures)
+    assert a.failures[0].example == [1001]  # shrunk within its key (input family "short")
+    assert (a.examples, a.examples_to_failure, dict(a.tried)) == (b.examples, b.examples_to_failure, dict(b.tried))
+    assert [(f.key, f.example, f.first_example, f.failing_examples) for f in a.failures] == \
+        [(f.key, f.example, f.first_example, f.failing_examples) for f in b.failures]
+    assert a.failures[0].first_example == a.examples_to_failure
+
+
+def two_rule_family() -> Family:
+    """``output_protocol`` for a list longer than 3 holding a 7, else ``no_crash`` for a
+    value above 1000: two defects, the first rarer."""
+
+    def check(xs):
+        if len(xs) > 3 and 7 in xs:
+            raise rule_error("output_protocol", "a long list with a 7")
+        if any(x > 1000 for x in xs):
+            raise rule_error("no_crash", "value above 1000")
+
+    return Family("two", "integers", ("no_crash", "output_protocol"),
+                  st.lists(st.one_of(st.integers(0, 10), st.integers(0, 10**6))), check, 1.0,
+                  lambda xs: {"family": "long" if len(xs) > 3 else "short", "vocab_size": len(xs)})
+
+
+def test_a_family_does_not_stop_at_its_first_failure_and_keys_every_finding():
+    """Regression mode's stability (issue 23): the family used to stop at its first failure,
+    so which defects were reported depended on which one Hypothesis met first (a spurious
+    "fixed" between runs). Now every example is checked and every distinct (rule, input
+    family) is a finding, each shrunk within its own key; the same seed gives the same set."""
+    a = run(two_rule_family(), max_examples=300, time_limit_s=None, seed=0)
+    assert a.examples == 300 and a.stopped == "examples"
+    keys = {f.key for f in a.failures}
+    assert ("output_protocol", "long", "") in keys and ("no_crash", "short", "") in keys
+    for f in a.failures:  # each shrunk example still breaks its own key
+        assert f.rule == f.key[0] and ("long" if len(f.example) > 3 else "short") == f.key[1]
+    assert [f for f in a.failures if f.key == ("output_protocol", "long", "")][0].example == [0, 0, 0, 7]
+    b = run(two_rule_family(), max_examples=300, time_limit_s=None, seed=0)
+    assert [f.key for f in a.failures] == [f.key for f in b.failures]
+    assert sum(f.failing_examples for f in a.failures) <= a.examples
 
 
 def test_a_passing_family_counts_what_it_tried_and_stops_on_time():
@@ -54,12 +88,16 @@ def test_a_passing_family_counts_what_it_tried_and_stops_on_time():
 
 
 def test_a_database_replays_the_failure_first(tmp_path):
+    """A saved shrunk failure is replayed (read only) before the search: found with another
+    seed too, as example 1; the keys of a run with the same seed do not change."""
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     db = DirectoryBasedExampleDatabase(str(tmp_path))
     first = run(toy_family(), max_examples=50, time_limit_s=None, seed=4, database=db)
-    again = run(toy_family(), max_examples=50, time_limit_s=None, seed=9, database=db)
+    same = run(toy_family(), max_examples=50, time_limit_s=None, seed=4, database=db)
+    again = run(toy_family(), max_examples=5, time_limit_s=None, seed=9, database=db)
     assert first.examples_to_failure > 1 and again.examples_to_failure == 1
+    assert {f.key for f in same.failures} == {f.key for f in first.failures}
     assert again.failures[0].example == [1001]
 
 
