@@ -2,17 +2,22 @@
 
 - :class:`CaseResult`: a case's checks, sample counts, timing and defect;
 - :func:`case_seed`: the case's generator seed (audit seed and case name);
-- :func:`defect_check`: the failing check that records a crash or protocol violation.
+- :func:`defect_check`: the failing check that records a crash or protocol violation;
+- :func:`sampler_failure`: what a runner records when a call of the sampler raises.
 """
 
 from __future__ import annotations
 
+import traceback
 import zlib
 from dataclasses import dataclass, field
 
 from specexact.exactness.results import CheckResult
 
-__all__ = ["CaseResult", "case_seed", "defect_check", "enough_calls"]
+__all__ = ["CaseResult", "case_seed", "defect_check", "enough_calls", "sampler_failure", "TRACEBACK_FRAMES"]
+
+TRACEBACK_FRAMES = 12
+"""Innermost stack frames of a sampler's exception kept in the case's ``defect`` text."""
 
 
 @dataclass
@@ -51,12 +56,37 @@ def case_seed(seed: int, case) -> int:
     return (seed * 1_000_003 + zlib.crc32(case.name.encode())) % (2**63)
 
 
-def defect_check(name: str, message: str, alpha: float) -> CheckResult:
+def defect_check(name: str, message: str, alpha: float, kind: str | None = None) -> CheckResult:
+    """The failing check (p-value 0) recording ``message``; ``kind`` (``"timeout"``,
+    ``"crash"``) is kept in ``details["kind"]`` when given."""
+    details = {"message": message} if kind is None else {"message": message, "kind": kind}
     return CheckResult(
         name=name, method="exact", statistic=float("inf"), pvalue=0.0, dof=None, n=0,
         false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.01, passed=False,
-        worst=(), details={"message": message}, description="the sampler crashed or broke the protocol",
+        worst=(), details=details, description="the sampler crashed, hung or broke the protocol",
     )
+
+
+def sampler_failure(exc: BaseException, where: str, alpha: float) -> tuple[str, CheckResult]:
+    """``(defect text, defect check)`` for an exception a call of the sampler raised at
+    ``where`` (e.g. ``"decoder call 3"``): a protocol violation
+    (:class:`~specexact.decoders.VerifierProtocolError`), a timeout
+    (:class:`~specexact.audit.call_timeout.SamplerCallTimeout`, a hang in process) or a
+    crash. The text ends with the innermost :data:`TRACEBACK_FRAMES` frames of the
+    exception's traceback (the sampler's own lines)."""
+    from specexact.decoders import VerifierProtocolError
+
+    from .call_timeout import SamplerCallTimeout
+
+    if isinstance(exc, VerifierProtocolError):
+        kind, detail = "protocol violation", None
+    elif isinstance(exc, SamplerCallTimeout):
+        kind, detail = "timeout", "timeout"
+    else:
+        kind, detail = "crash", None
+    msg = f"{kind} in {where}: {type(exc).__name__}: {exc}"
+    frames = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-TRACEBACK_FRAMES))
+    return msg + "\n" + frames, defect_check("defect", msg, alpha, kind=detail)
 
 
 def enough_calls(calls: int, num_batches: int | None, time_budget_s: float | None, elapsed_s: float,

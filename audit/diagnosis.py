@@ -25,9 +25,12 @@ Derived parts — **heuristics**, stated as such in the report:
   :data:`ALIGN_PIT_P` (it must explain the events, not only be less wrong), and the family fails
   at position 0 already (an exact violation there, or a PIT reading below
   :data:`POSITION_0_P`): a misaligned target law is wrong at every position, while a bug
-  in the per-prefix histories leaves position 0 clean. A bonus token that
-  fits ``p_{γ-1}`` better is reported on the bonus part (drawn from the wrong position), not
-  as misalignment.
+  in the per-prefix histories leaves position 0 clean. The decisions themselves must fit the
+  neighbour (a misaligned target law judges the drafts wrongly): recovered tokens that fit
+  the neighbour's residual while the acceptance checks pass are reported on the recovered
+  part (drawn from the wrong position), and a bonus token that fits ``p_{γ-1}`` better on the
+  bonus part, not as misalignment. When nothing fits, the part's evidence states the best
+  neighbour's measured gain and why it does not count (or that none was measured).
 - *per-prefix processing* (logits-level samplers only: at the probability level the decoder
   processes the laws): exact violations only past position 0 while position 0 was checked
   clean (the penalties of a candidate prefix miss or add drafts), or two of the three
@@ -226,7 +229,10 @@ def _fails_at_position_0(stat: dict | None, exact: dict | None) -> bool:
     return bool(per) and per[0].get("pvalue") is not None and per[0]["pvalue"] < POSITION_0_P
 
 
-def _alignment(checks: list[dict], parts: dict) -> dict:
+def _alignment(checks: list[dict], parts: dict) -> tuple[dict, list]:
+    """The position-alignment part, and ``[(gain, case, events, side)]`` of the cases whose
+    recovered tokens alone fit a neighbour's residual (acceptance right: the recovered
+    token is drawn from the wrong position, a fault of the recovered-token part)."""
     out = {"part": "position_alignment", "label": dict(PARTS)["position_alignment"], "status": "not_tested",
            "checks_run": 0, "failed": [], "evidence": None, "explained_by": None, "heuristic": True,
            "event": None, "replay": None, "cases": []}
@@ -235,30 +241,62 @@ def _alignment(checks: list[dict], parts: dict) -> dict:
     out["checks_run"] = len(stats)
     if stats:
         out["status"] = "pass"
-    found = []
+    found, recovered_only, seen = [], [], []
     for case, types in table.items():
         failing = [t for t in ("acceptance", "acceptance_exact", "recovered_token_law", "recovered_support")
                    if t in types and not types[t]["passed"]]
         if not failing:
             continue
+        acceptance_fails = any(t in failing for t in ("acceptance", "acceptance_exact"))
+        fits = {}
         for fam, exact, what in (("acceptance", "acceptance_exact", "decisions"),
                                  ("recovered_token_law", "recovered_support", "recovered tokens")):
-            if not _fails_at_position_0(types.get(fam), types.get(exact)):
-                continue  # a misaligned law is wrong at position 0 too (p_1 judges d_0)
+            if fam not in failing and exact not in failing:
+                continue
+            at0 = _fails_at_position_0(types.get(fam), types.get(exact))
             for side, pos in (("next", "i+1"), ("prev", "i-1")):
                 g = _gain(types.get(fam), side)
-                if _fits_better(g):
-                    found.append((g[0], case, f"{case}: the {what} fit the target law of position {pos} better than "
-                                              f"their own (log-likelihood +{g[0]:.0f} nats over {g[1]} events)"))
+                if g is None:
+                    continue
+                seen.append((case, what, pos, g, at0))
+                if at0 and _fits_better(g):  # a misaligned law is wrong at position 0 too (p_1 judges d_0)
+                    fits.setdefault(fam, []).append((g, pos, what))
+        if "acceptance" in fits:  # the target law itself is misaligned: the decisions fit a neighbour
+            for fam_fits in fits.values():
+                for g, pos, what in fam_fits:
+                    found.append((g[0], case, f"{case}: the {what} fit the target law of position {pos} better "
+                                              f"than their own (log-likelihood +{g[0]:.0f} nats over {g[1]} events)"))
+        elif "recovered_token_law" in fits and not acceptance_fails:
+            g, pos, _ = max(fits["recovered_token_law"], key=lambda x: x[0][0])
+            recovered_only.append((g[0], case, g[1], pos))
     if found:
         found.sort(reverse=True)
         out["status"] = "fail"
         out["evidence"] = "; ".join(f[2] for f in found[:3])
         out["cases"] = sorted({f[1] for f in found})
         out["failed"] = [f"{c} / acceptance" for c in out["cases"]]
+    elif recovered_only:
+        out["evidence"] = ("the decisions fit their own position's law (acceptance passes); only the recovered tokens "
+                           "fit a neighbour's residual: a fault of the recovered token, not of the target law's "
+                           "alignment")
     elif any(parts[f]["status"] == "fail" for f in ("acceptance_rule", "recovered_token")):
-        out["evidence"] = "the failing events fit their own position's law better than a neighbour's"
-    return out
+        if seen:
+            case, what, pos, g, at0 = max(seen, key=lambda x: x[3][0])
+            why = []
+            if g[0] <= max(ALIGN_MIN_NATS, ALIGN_NATS_PER_EVENT * g[1]):
+                why.append(f"a log-likelihood gain of {g[0]:+.0f} nats over {g[1]} events (needs more than "
+                           f"{max(ALIGN_MIN_NATS, ALIGN_NATS_PER_EVENT * g[1]):.0f})")
+            if g[2]:
+                why.append(f"{g[2]} event(s) impossible under it")
+            if g[3] is not None and g[3] < ALIGN_PIT_P:
+                why.append(f"its PIT reading p={g[3]:.3g} rejects it")
+            if not at0:
+                why.append("the family passes at position 0 (a misaligned law fails there too)")
+            out["evidence"] = (f"no neighbouring position's law explains the failing events; the best candidate, "
+                               f"{case}: the {what} under position {pos}'s law, has " + ", ".join(why or ["no fit"]))
+        else:
+            out["evidence"] = "not measured: the failing checks recorded no neighbouring-position alternatives"
+    return out, recovered_only
 
 
 def _positions(checks: list[dict]) -> tuple[int, int, int]:
@@ -425,8 +463,14 @@ def diagnose(report: dict) -> dict:
     if invalid:  # the fuzz phase tried invalid inputs
         parts["input_validation"].update(status="pass", checks_run=len(invalid))
     fuzz_hit = _add_fuzz_findings(report, parts)
-    parts["position_alignment"] = _alignment(checks, parts)
+    parts["position_alignment"], recovered_shift = _alignment(checks, parts)
     parts["per_prefix_processing"] = _per_prefix(checks, parts, level)
+    rec = parts["recovered_token"]
+    if rec["status"] == "fail" and recovered_shift:
+        gain, case, n, pos = max(recovered_shift)
+        rec["evidence"] += (f"; {case}: the recovered tokens fit the residual of position {pos} better than their "
+                            f"own (log-likelihood +{gain:.0f} nats over {n} events) while the decisions follow their "
+                            "own position's law: drawn from the wrong position")
     bonus = parts["bonus_token"]
     if bonus["status"] == "fail":
         for c in grouped["bonus_token"]:

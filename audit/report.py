@@ -35,7 +35,25 @@ def _checks_of(config: dict) -> int:
 
 
 def _is_accepted_length(chk: dict) -> bool:
-    return chk["name"].startswith("accepted_length")
+    """An acceptance check of the case's accepted-length law: ``accepted_length[...]``, or
+    ``first_acceptance[...]`` where the law is known only for the first draft (a
+    large-vocabulary block or two-sample case: the binomial test of ``P(N >= 1)``)."""
+    return chk["name"].startswith(("accepted_length", "first_acceptance"))
+
+
+def _acceptance_below(chk: dict) -> tuple[float, float] | None:
+    """``(observed, expected)`` of an acceptance check: the mean accepted length, or for
+    ``first_acceptance`` the frequency of accepting the first draft; None if not recorded."""
+    d = chk.get("details") or {}
+    if chk["name"].startswith("first_acceptance"):
+        n, k, prob = chk.get("n"), d.get("successes"), d.get("prob")
+        if isinstance(n, (int, float)) and n > 0 and isinstance(k, (int, float)) and isinstance(prob, (int, float)):
+            return float(k) / float(n), float(prob)
+        return None
+    mean, expected = d.get("mean_accepted_length"), d.get("expected_mean_accepted_length")
+    if isinstance(mean, (int, float)) and isinstance(expected, (int, float)):
+        return float(mean), float(expected)
+    return None
 
 
 def _is_decision_check(chk: dict) -> bool:
@@ -54,13 +72,14 @@ def under_accepting(case: dict, chk: dict) -> bool:
     """Whether a failing accepted-length check is *exact but under-accepting*: every check of
     its case on the emitted law (sequences, tokens, independence) passed, and the mean
     accepted length fell below the scheme's own law's (for a token-wise sampler, the
-    token-wise optimum). Per-decision checks may fail beside it (a sampler of another
-    scheme declared token-wise); they are findings of kind ``decision_rule``."""
+    token-wise optimum); in a case whose accepted-length law is known only for the first
+    draft (``first_acceptance``), the frequency of accepting it fell below ``P(N >= 1)``.
+    Per-decision checks may fail beside it (a sampler of another scheme declared
+    token-wise); they are findings of kind ``decision_rule``."""
     if chk["passed"] or not _is_accepted_length(chk) or not _law_checks_pass(case):
         return False
-    d = chk.get("details") or {}
-    mean, expected = d.get("mean_accepted_length"), d.get("expected_mean_accepted_length")
-    return isinstance(mean, (int, float)) and isinstance(expected, (int, float)) and mean < expected
+    below = _acceptance_below(chk)
+    return below is not None and below[0] < below[1]
 
 
 def _finding_kind(case: dict, chk: dict) -> str:
@@ -251,7 +270,7 @@ def acceptance_rows(checks: Sequence[dict]) -> list[dict]:
     accepts less than token-wise verification would (``sample_compare``, by design)."""
     rows = []
     for chk in checks:
-        if not _is_accepted_length(chk):
+        if not chk["name"].startswith("accepted_length"):
             continue
         d = chk.get("details") or {}
         mean, own = d.get("mean_accepted_length"), d.get("expected_mean_accepted_length")
@@ -320,7 +339,13 @@ def build_report(
             message = (chk.get("details") or {}).get("message") or (
                 f"{chk['name']}: p={float(chk['pvalue']):.3g} <= {alpha:.3g}"
                 + (f" — {chk['description']}" if chk.get("description") else ""))
-            if kind == "under_accepting":
+            if kind == "under_accepting" and chk["name"].startswith("first_acceptance"):
+                observed, expected = _acceptance_below(chk)
+                message = (f"{chk['name']}: under-accepting: every law check of the case passes, but the first "
+                           f"draft is accepted with frequency {observed:.4g}, below its scheme's law's P(N >= 1) = "
+                           f"{expected:.4g}"
+                           f"; p={float(chk['pvalue']):.3g} <= {alpha:.3g}")
+            elif kind == "under_accepting":
                 d = chk["details"]
                 optimum = d.get("tokenwise_optimum_mean_accepted_length")
                 message = (f"{chk['name']}: under-accepting: every law check of the case passes, but the mean "

@@ -26,14 +26,12 @@ decoder call (:func:`decision_observer`).
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Callable
 
 import numpy as np
 import torch
 
 from specexact.decoders import (
-    VerifierProtocolError,
     batch_params,
     naive_generate,
     speculative_generate,
@@ -47,7 +45,7 @@ from specexact.exactness.results import CheckResult
 from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .acceptance import accepted_length_check, chain_accepted_length_laws
-from .case_result import CaseResult, case_seed, defect_check, enough_calls
+from .case_result import CaseResult, case_seed, enough_calls, sampler_failure
 from .errors import AuditInternalError
 from .cases import AuditCase
 from .decisions import DecisionObserver
@@ -176,10 +174,8 @@ def run_case(
         except AuditInternalError:
             raise  # the audit's own failure, not the sampler's
         except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
-            kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
-            msg = f"{kind} in decoder call {b}: {type(exc).__name__}: {exc}"
-            result.defect = msg + "\n" + "".join(traceback.format_exception(exc)[-3:])
-            result.checks.append(defect_check("defect", msg, false_fail_rate))
+            result.defect, chk = sampler_failure(exc, f"decoder call {b}", false_fail_rate)
+            result.checks.append(chk)
             break
         tokens.append(out.tokens.cpu())
         first_round.append(out.accepted_lengths[:, 0].cpu())

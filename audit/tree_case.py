@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import time
-import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -41,7 +40,6 @@ from specexact.decoders import (
     SamplingParams,
     ToyLM,
     ToyLMConfig,
-    VerifierProtocolError,
     speculative_generate,
 )
 from specexact.decoders.adapters.protocol import (
@@ -63,7 +61,7 @@ from specexact.exactness.tree_laws import (
 )
 
 from .acceptance import CHAIN_SCHEMES, accepted_length_check
-from .case_result import CaseResult, case_seed, defect_check, enough_calls
+from .case_result import CaseResult, case_seed, enough_calls, sampler_failure
 from .cases import RowClass
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .lossy import lossy_tv_check
@@ -359,10 +357,8 @@ def run_tree_case(
         try:
             out = tree_call(case, prepared, verifier, gen)
         except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
-            kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
-            msg = f"{kind} in decoder call {b}: {type(exc).__name__}: {exc}"
-            result.defect = msg + "\n" + "".join(traceback.format_exception(exc)[-3:])
-            result.checks.append(defect_check("defect", msg, false_fail_rate))
+            result.defect, chk = sampler_failure(exc, f"decoder call {b}", false_fail_rate)
+            result.checks.append(chk)
             break
         tokens.append(out.tokens.cpu())
         first_round.append(out.accepted_lengths[:, 0].cpu())

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import functools
 import time
-import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -64,13 +63,12 @@ from specexact.decoders import (
     ToyLM,
     ToyLMConfig,
     RoundRecord,
-    VerifierProtocolError,
     batch_params,
     check_verifier_output,
     process_logits,
 )
 
-from .case_result import CaseResult, case_seed, defect_check, enough_calls
+from .case_result import CaseResult, case_seed, enough_calls, sampler_failure
 from .cases import RowClass
 from .decisions import DecisionObserver, SlotPlan
 from .decisions_checks import VERIFY_DECISION_CHECKS, decision_checks
@@ -320,10 +318,8 @@ def run_verify_case(
             _, out, num = verify_call(case, laws, verifier, gen, observer)
             observer.finish_call(None)
         except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
-            kind = "protocol violation" if isinstance(exc, VerifierProtocolError) else "crash"
-            msg = f"{kind} in verifier call {b}: {type(exc).__name__}: {exc}"
-            result.defect = msg + "\n" + "".join(traceback.format_exception(exc)[-3:])
-            result.checks.append(defect_check("defect", msg, false_fail_rate))
+            result.defect, chk = sampler_failure(exc, f"verifier call {b}", false_fail_rate)
+            result.checks.append(chk)
             break
         out, num = out.cpu(), num.cpu()
         n_acc = num - 1  # [B] in [0, K]

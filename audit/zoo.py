@@ -134,6 +134,27 @@ def residual_from_first_position(ids, draft_probs, target_probs, generator=None)
     return _chain(ids, draft_probs, target_probs, generator, final_row=final)
 
 
+def recovered_from_next_position(ids, draft_probs, target_probs, generator=None):
+    """After rejecting draft i, draw the recovered token from max(p_{i+1} - q_i, 0) (the
+    target row one position ahead: an off-by-one index into target_probs); acceptance and
+    the bonus token are right."""
+    validate_verify_inputs(ids, draft_probs, target_probs)
+    B, K = ids.shape
+    dev = target_probs.device
+    rows = torch.arange(B, device=dev)
+    ids = ids.long()
+    p_d = target_probs[:, :K].gather(2, ids[:, :, None]).squeeze(2).double()
+    q_d = draft_probs.gather(2, ids[:, :, None]).squeeze(2).double()
+    u = torch.rand(B, K, generator=generator, dtype=torch.float64, device=dev)
+    n = (u * q_d < p_d).long().cumprod(1).sum(1)
+    rejected = n < K
+    t_row = target_probs[rows, torch.where(rejected, n + 1, n)].double()
+    d_row = draft_probs[rows, n.clamp(max=K - 1)].double() * rejected[:, None]
+    law = (t_row - d_row).clamp_min(0)
+    law = torch.where((law.sum(-1) <= 0)[:, None], t_row, law)
+    return _assemble(ids, n, torch.multinomial(law, 1, generator=generator).squeeze(1))
+
+
 def first_row_target(ids, draft_probs, target_probs, generator=None):
     """Uses the first batch row's target law for every row (a batching bug: only shows with
     heterogeneous rows)."""
@@ -249,7 +270,8 @@ WRONG = {
     f.__name__: f
     for f in (
         resample_from_target, residual_absolute, inverted_ratio, always_accept, shifted_alignment,
-        under_accept, under_accept_1pct, draft_law_bfloat16, bonus_from_last_draft_position, residual_from_first_position, first_row_target,
+        under_accept, under_accept_1pct, draft_law_bfloat16, bonus_from_last_draft_position, residual_from_first_position,
+        recovered_from_next_position, first_row_target,
         shared_uniforms_across_rows, reseeded_each_call, one_uniform_per_row, half_precision_sampling,
     )
 }

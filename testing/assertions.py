@@ -13,8 +13,19 @@ message), applied to a whole speculative-decoding verifier:
 
 An assertion fails on a finding of the tiers *inexact*, *defect on valid input* and
 *under-accepting*; *hardening* findings (invalid input accepted, or refused with the wrong
-exception: only the fuzz phase, ``fuzz=True``, finds them) are listed in the message and
+exception: only the fuzz phase finds them) are listed in the message and
 :attr:`AuditResult.findings` but fail it only with ``strict_inputs=True``.
+
+The fuzz phase (:mod:`specexact.fuzz`: exact rules on generated inputs — the generator
+used and reproducible, inputs unmodified, no zero-probability token, invalid input
+refused — and its generated statistical cases) runs by default, as in ``specexact
+audit``: a verifier drawing from torch's global RNG fails. ``fuzz=False`` leaves it out
+(docs/ci/pytest-plugin.md states its cost). Every call of the verifier is limited to
+``call_timeout_s`` seconds (default
+:data:`~specexact.audit.call_timeout.DEFAULT_CALL_TIMEOUT_S`): a hanging verifier becomes
+a *defect on valid input* (``timeout``) instead of hanging the test
+(:mod:`specexact.audit.call_timeout`). A crash shows the verifier's traceback, and a
+failing assertion's message ends with the part-by-part diagnosis.
 
 A correct verifier fails an assertion with probability at most ``false_fail_rate`` (split
 over the checks of the audit); a wrong one fails every check whose detectable TV its error
@@ -30,10 +41,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["AuditResult", "audit_verifier", "audit_logits_verifier", "assert_verifier_exact",
-           "assert_logits_verifier_exact", "case_names", "sampler_name_of", "DEFAULT_BATCHES"]
+           "assert_logits_verifier_exact", "case_names", "sampler_name_of", "DEFAULT_BATCHES",
+           "DEFAULT_CALL_TIMEOUT_S"]
 
 #: Decoder calls per case when neither ``batches`` nor ``budget_s`` is given.
 DEFAULT_BATCHES = 8
+
+#: Seconds one call of the verifier may take before it counts as a hang (``call_timeout_s``).
+DEFAULT_CALL_TIMEOUT_S = 120.0
 
 _CASE_SETS = ("quick", "default", "all")
 
@@ -186,8 +201,8 @@ class AuditResult:
 
     @property
     def message(self) -> str:
-        """What an assertion prints: a one-line verdict, then every finding by tier with its
-        replay."""
+        """What an assertion prints: a one-line verdict, every finding by tier with its
+        replay (a defect with the verifier's traceback), then the diagnosis part by part."""
         from specexact.audit.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier
 
         s = self.report["settings"]
@@ -228,13 +243,33 @@ class AuditResult:
                 if worst:
                     lines.append("  worst outcomes (observed / expected): "
                                  + "; ".join(f"{w[0]}: {_num(w[1])} / {_num(w[2])}" for w in worst[:3]))
+                if f.get("defect"):
+                    lines.append("  " + "\n  ".join(str(f["defect"]).rstrip().splitlines()))
                 repro = f["reproduction"]
                 lines.append(f"  replay: {repro['command']}")
                 lines.append(f"  python: {_python_replay(self.report, f)}")
+        lines += _diagnosis_lines(self.report)
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.message
+
+
+def _diagnosis_lines(report: dict) -> list[str]:
+    """The diagnosis (:func:`specexact.audit.diagnosis.diagnose`) part by part, as the
+    Markdown report shows it (parts not tested left out), when anything was found."""
+    from specexact.reports.diagnosis_text import diagnosis_rows
+
+    diagnosis = report.get("diagnosis")
+    if not diagnosis or not report.get("findings"):
+        return []
+    strict = bool(report["settings"].get("strict_inputs"))
+    lines = [f"diagnosis: {diagnosis.get('summary')}"]
+    for row in diagnosis_rows(diagnosis, strict=strict):
+        if row["status"] != "not_tested":
+            lines.append(f"  {row['symbol']} {row['label']}: {row['text']}")
+    lines += [f"  note: {n}" for n in diagnosis.get("notes") or []]
+    return lines
 
 
 def _fmt_tv(tv) -> str:
@@ -263,8 +298,10 @@ def _python_replay(report: dict, finding: dict) -> str:
 
 
 def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, seed, device, threads,
-           sampler_name, fuzz=False, fuzz_examples=None, strict_inputs=False) -> AuditResult:
+           sampler_name, fuzz=True, fuzz_examples=None, strict_inputs=False,
+           call_timeout_s=DEFAULT_CALL_TIMEOUT_S) -> AuditResult:
     from specexact.audit import AuditSettings, run_audit
+    from specexact.audit.call_timeout import with_call_timeout
     from specexact.decoders.adapters.protocol import is_logits_level
 
     if level == "logits" and not is_logits_level(verifier):
@@ -284,7 +321,7 @@ def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, s
                              false_fail_rate=false_fail_rate, budget_s=budget_s if batches is None else None,
                              num_batches=batches, seed=seed, device=str(device), threads=threads,
                              fuzz=bool(fuzz), fuzz_examples=fuzz_examples, strict_inputs=bool(strict_inputs))
-    return AuditResult(run_audit(verifier, settings))
+    return AuditResult(run_audit(with_call_timeout(verifier, call_timeout_s), settings))
 
 
 _COMMON = """cases : {"quick", "default", "all"} or sequence of str or of cases
@@ -309,40 +346,52 @@ _COMMON = """cases : {"quick", "default", "all"} or sequence of str or of cases
         :func:`sampler_name_of`).
     fuzz : bool
         Also run the fuzz phase (exact rules on generated inputs, boundary-uniform probes,
-        invalid inputs, and its generated statistical cases); default False.
+        invalid inputs, and its generated statistical cases); default True, as
+        ``specexact audit``: a verifier that draws from torch's global RNG, ignores its
+        generator or modifies its inputs fails. False leaves it out (faster; see
+        docs/ci/pytest-plugin.md for the cost).
     fuzz_examples : int, optional
         With ``fuzz``: examples per exact family (default: the ``ci`` profile's).
     strict_inputs : bool
         Hardening findings (invalid input accepted, or refused with the wrong exception)
-        fail the audit too; default False: listed, not failing."""
+        fail the audit too; default False: listed, not failing.
+    call_timeout_s : float or None
+        Seconds one call of the verifier may take (default :data:`DEFAULT_CALL_TIMEOUT_S`);
+        past it the call is a hang: a *defect on valid input* of kind ``timeout``, and the
+        verifier is not called again (:func:`specexact.audit.call_timeout.with_call_timeout`).
+        None: no limit."""
 
 
 def audit_verifier(verify, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
                    false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
-                   sampler_name: str | None = None, fuzz: bool = False, fuzz_examples: int | None = None,
-                   strict_inputs: bool = False) -> AuditResult:
+                   sampler_name: str | None = None, fuzz: bool = True, fuzz_examples: int | None = None,
+                   strict_inputs: bool = False, call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S) -> AuditResult:
     return _audit(verify, level="probability", cases=cases, batches=batches, budget_s=budget_s,
                   false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
-                  sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples, strict_inputs=strict_inputs)
+                  sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples, strict_inputs=strict_inputs,
+                  call_timeout_s=call_timeout_s)
 
 
 def audit_logits_verifier(adapter, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
                           false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
-                          sampler_name: str | None = None, fuzz: bool = False, fuzz_examples: int | None = None,
-                          strict_inputs: bool = False) -> AuditResult:
+                          sampler_name: str | None = None, fuzz: bool = True, fuzz_examples: int | None = None,
+                          strict_inputs: bool = False,
+                          call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S) -> AuditResult:
     return _audit(adapter, level="logits", cases=cases, batches=batches, budget_s=budget_s,
                   false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
-                  sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples, strict_inputs=strict_inputs)
+                  sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples, strict_inputs=strict_inputs,
+                  call_timeout_s=call_timeout_s)
 
 
 def assert_verifier_exact(verify, *, cases="quick", batches: int | None = None, budget_s: float | None = None,
                           false_fail_rate: float = 1e-6, seed: int = 0, device="cpu", threads: int | None = None,
-                          sampler_name: str | None = None, fuzz: bool = False, fuzz_examples: int | None = None,
-                          strict_inputs: bool = False) -> AuditResult:
+                          sampler_name: str | None = None, fuzz: bool = True, fuzz_examples: int | None = None,
+                          strict_inputs: bool = False,
+                          call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S) -> AuditResult:
     __tracebackhide__ = True  # pytest shows the caller's line, not this one
     result = audit_verifier(verify, cases=cases, batches=batches, budget_s=budget_s, false_fail_rate=false_fail_rate,
                             seed=seed, device=device, threads=threads, sampler_name=sampler_name, fuzz=fuzz,
-                            fuzz_examples=fuzz_examples, strict_inputs=strict_inputs)
+                            fuzz_examples=fuzz_examples, strict_inputs=strict_inputs, call_timeout_s=call_timeout_s)
     if not result.passed:
         raise AssertionError(result.message)
     return result
@@ -351,13 +400,14 @@ def assert_verifier_exact(verify, *, cases="quick", batches: int | None = None, 
 def assert_logits_verifier_exact(adapter, *, cases="quick", batches: int | None = None,
                                  budget_s: float | None = None, false_fail_rate: float = 1e-6, seed: int = 0,
                                  device="cpu", threads: int | None = None,
-                                 sampler_name: str | None = None, fuzz: bool = False,
-                                 fuzz_examples: int | None = None, strict_inputs: bool = False) -> AuditResult:
+                                 sampler_name: str | None = None, fuzz: bool = True,
+                                 fuzz_examples: int | None = None, strict_inputs: bool = False,
+                                 call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S) -> AuditResult:
     __tracebackhide__ = True
     result = audit_logits_verifier(adapter, cases=cases, batches=batches, budget_s=budget_s,
                                    false_fail_rate=false_fail_rate, seed=seed, device=device, threads=threads,
                                    sampler_name=sampler_name, fuzz=fuzz, fuzz_examples=fuzz_examples,
-                                   strict_inputs=strict_inputs)
+                                   strict_inputs=strict_inputs, call_timeout_s=call_timeout_s)
     if not result.passed:
         raise AssertionError(result.message)
     return result

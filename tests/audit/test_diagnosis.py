@@ -76,6 +76,38 @@ def test_alignment_needs_position_zero_to_fail_and_the_neighbour_to_fit():
     assert d["culprits"] == ["acceptance_rule"]
 
 
+# Issue 23: the recovered token drawn from the next position's residual while the decisions
+# are right is a fault of the recovered token ("drawn from the wrong position"), not a
+# misaligned target law; and the alignment part states what it measured, never "fit their
+# own position's law better" regardless of the figures.
+def test_recovered_tokens_alone_fitting_the_next_position_are_the_recovered_tokens_fault():
+    bad_rec = dict(alt(next_gain=9000.0), per_position=[{"position": 0, "pvalue": 1e-40}])
+    checks = replace(CLEAN, "recovered_token_law", passed=False, details=bad_rec)
+    checks = replace(checks, "recovered_support", passed=False, method="exact", pvalue=0.0,
+                     details={"violations": 7, "violations_by_position": [4, 3]})
+    d = diagnose(report(checks))
+    assert d["culprits"] == ["recovered_token"]
+    rec, align = parts(d)["recovered_token"], parts(d)["position_alignment"]
+    assert "fit the residual of position i+1" in rec["evidence"] and "wrong position" in rec["evidence"]
+    assert align["status"] == "pass" and "fit their own position's law better" not in align["evidence"]
+    assert "only the recovered tokens fit a neighbour's residual" in align["evidence"]
+    # the same figures with the decisions failing too: the target law is misaligned
+    both = replace(checks, "acceptance", passed=False, details=dict(alt(next_gain=9000.0),
+                                                                     per_position=[{"position": 0, "pvalue": 1e-40}]))
+    assert diagnose(report(both))["culprits"] == ["position_alignment"]
+
+
+def test_alignment_evidence_states_the_measured_gain():
+    checks = replace(CLEAN, "acceptance", passed=False, details=dict(alt(next_gain=12.0, prev_gain=-50.0),
+                                                                       per_position=[{"position": 0, "pvalue": 1e-40}]))
+    align = parts(diagnose(report(checks)))["position_alignment"]
+    assert align["status"] == "pass"
+    assert "no neighbouring position's law explains" in align["evidence"] and "+12 nats over 1000" in align["evidence"]
+    unmeasured = [c for c in CLEAN if c["name"] != "acceptance"] + [
+        chk("acceptance", passed=False, per_position=[{"position": 0, "pvalue": 1e-40}])]
+    assert "not measured" in parts(diagnose(report(unmeasured)))["position_alignment"]["evidence"]
+
+
 def test_per_prefix_processing_at_the_logits_level():
     exact = {"violations": 5, "violations_by_position": [0, 3, 2], "checked_by_position": [500, 400, 300],
              "violation_events": [{"kind": "decision", "drafts": [1, 2], "history": [], "position": 1, "class": 0,
