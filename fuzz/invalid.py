@@ -128,6 +128,13 @@ def check_refused(subject: Subject, inputs, kind: str, *, seed: int = 0, source:
     bad = corrupt(inputs, kind, seed)
     entry = "verify_logits" if subject.logits_level else "verify"
     call = Call(entry=entry, inputs=bad, generator_seed=seed, source=source + f"  # corrupted: {kind}")
+    expect_refusal(subject, call, kind, seed=seed)
+
+
+def expect_refusal(subject: Subject, call: Call, kind: str, *, seed: int = 0, shown=None) -> None:
+    """Make ``call`` (inputs already corrupted with ``kind``); raise ``refuses_invalid_input``
+    unless the sampler raises ``ValueError`` or ``TypeError``. ``shown(out)`` describes a
+    returned output in the finding (default: its tokens when small, else its type)."""
     gen = BadGenerator() if kind == "not_a_generator" else call.generator(subject.device)
     try:
         with torch.random.fork_rng(devices=[]):
@@ -141,6 +148,9 @@ def check_refused(subject: Subject, inputs, kind: str, *, seed: int = 0, source:
     except Exception as exc:  # noqa: BLE001 - the wrong kind of error is the finding
         raise rule_error("refuses_invalid_input", f"{kind}: raised {type(exc).__name__}: {exc} instead of "
                                                   "ValueError/TypeError", call) from None
-    shown = out.tolist() if isinstance(out, torch.Tensor) and out.numel() <= 32 else type(out).__name__
-    raise rule_error("refuses_invalid_input", f"{kind}: returned {shown} instead of raising ValueError/TypeError",
+    if shown is None:
+        text = out.tolist() if isinstance(out, torch.Tensor) and out.numel() <= 32 else type(out).__name__
+    else:
+        text = shown(out)
+    raise rule_error("refuses_invalid_input", f"{kind}: returned {text} instead of raising ValueError/TypeError",
                      call)

@@ -70,14 +70,21 @@ def checked_call(subject: Subject, call: Call, *, forbidden: torch.Tensor | None
                  global_seed: int = GLOBAL_SEED) -> torch.Tensor:
     """Make ``call``; raise :class:`~specexact.fuzz.rules.RuleBroken` for ``no_hang``,
     ``no_crash``, ``output_protocol`` or ``zero_probability_token``; return the output."""
+    out = guarded_call(subject, call, generator, global_seed)
+    check_output(subject, call, out, forbidden)
+    return out
+
+
+def guarded_call(subject: Subject, call: Call, generator=None, global_seed: int = GLOBAL_SEED):
+    """Make ``call`` with torch's global RNG seeded to ``global_seed`` (restored after);
+    raise :class:`~specexact.fuzz.rules.RuleBroken` for ``no_hang`` or ``no_crash``; return
+    the output unchecked (chain and tree samplers alike)."""
     try:
-        out = _run(subject, call, generator, global_seed)
+        return _run(subject, call, generator, global_seed)
     except CallTimeout as exc:
         raise rule_error("no_hang", str(exc), call) from None
     except Exception as exc:  # noqa: BLE001 - a crash on valid input is the finding
         raise rule_error("no_crash", f"{type(exc).__name__}: {exc}", call) from None
-    check_output(subject, call, out, forbidden)
-    return out
 
 
 def snapshot(inputs):

@@ -38,9 +38,10 @@ from specexact.decoders.adapters.protocol import tree_drafting_of
 from specexact.decoders.tree.protocol import check_tree_output
 from specexact.strategies import TreeVerifyCase, draft_trees
 
-from .invalid import BadGenerator
+from .invalid import expect_refusal
+from .invariants import GLOBAL_SEED, OTHER_GLOBAL_SEED, guarded_call
 from .rules import rule_error
-from .subject import Call, CallTimeout, Subject
+from .subject import Call, Subject
 
 __all__ = ["TreeProbInputs", "TreeExample", "tree_examples", "check_tree_call", "tree_forbidden",
            "TREE_CORRUPTIONS", "corrupt_tree", "check_tree_refused", "LOSSLESS_TREE_SCHEMES", "TREE_MAX_VOCAB",
@@ -139,20 +140,9 @@ def _rows_of(out_nodes: torch.Tensor, num: torch.Tensor) -> torch.Tensor:
     return torch.where(cols < num[:, None], rows, -1)
 
 
-def _run(subject: Subject, call: Call, generator, global_seed: int):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(global_seed)
-        return subject.run(call, generator)
-
-
 def _checked(subject: Subject, call: Call, generator, global_seed: int, forbidden: torch.Tensor):
     x = call.inputs
-    try:
-        out = _run(subject, call, generator, global_seed)
-    except CallTimeout as exc:
-        raise rule_error("no_hang", str(exc), call) from None
-    except Exception as exc:  # noqa: BLE001 - a crash on valid input is the finding
-        raise rule_error("no_crash", f"{type(exc).__name__}: {exc}", call) from None
+    out = guarded_call(subject, call, generator, global_seed)
     try:
         num = check_tree_output(out, x.draft_token_ids, x.parent_ids, call.vocab_size)
     except VerifierProtocolError as exc:
@@ -184,8 +174,6 @@ def _random_first_token(inputs: TreeProbInputs) -> bool:
 def check_tree_call(subject: Subject, call: Call) -> None:
     """Every single-example rule on a tree call (module docstring); raises
     :class:`~specexact.fuzz.rules.RuleBroken`."""
-    from .invariants import GLOBAL_SEED, OTHER_GLOBAL_SEED
-
     x = call.inputs
     forbidden = tree_forbidden(x)
     copy = x.clone()
@@ -268,25 +256,13 @@ def check_tree_refused(subject: Subject, inputs: TreeProbInputs, kind: str, *, s
                        source: str = "") -> None:
     """Call the tree sampler on ``inputs`` with corruption ``kind``; raise
     ``refuses_invalid_input`` unless it raises ``ValueError`` or ``TypeError``."""
-    from .invariants import GLOBAL_SEED
-
     bad = corrupt_tree(inputs, kind, seed)
     call = Call(entry="verify_tree", inputs=bad, generator_seed=seed, source=source + f"  # corrupted: {kind}")
-    gen = BadGenerator() if kind == "not_a_generator" else call.generator(subject.device)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(GLOBAL_SEED)
-            out = subject.run(call, gen)
-    except (ValueError, TypeError):
-        return
-    except CallTimeout as exc:
-        raise rule_error("refuses_invalid_input", f"{kind}: hung ({exc}) instead of raising ValueError/TypeError",
-                         call) from None
-    except Exception as exc:  # noqa: BLE001 - the wrong kind of error is the finding
-        raise rule_error("refuses_invalid_input", f"{kind}: raised {type(exc).__name__}: {exc} instead of "
-                                                  "ValueError/TypeError", call) from None
-    shown = type(out).__name__
+    expect_refusal(subject, call, kind, seed=seed, shown=_shown_tree_output)
+
+
+def _shown_tree_output(out) -> str:
+    """A tree sampler's output in a finding: its tokens when small, else its type."""
     if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor) and out[0].numel() <= 32:
-        shown = f"tokens {out[0].tolist()}"
-    raise rule_error("refuses_invalid_input", f"{kind}: returned {shown} instead of raising ValueError/TypeError",
-                     call)
+        return f"tokens {out[0].tolist()}"
+    return type(out).__name__

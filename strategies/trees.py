@@ -24,6 +24,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from specexact.decoders.tree.protocol import full_tree_parents
+
 from ._validation import InvalidArgument, check_families, check_int, check_real, int_or_strategy
 from .laws import DTYPES, PROB_FAMILIES, ProbsCase
 
@@ -50,19 +52,6 @@ _MAX_NODES = 64
 
 def _normalise(p: torch.Tensor) -> torch.Tensor:
     return p / p.sum(-1, keepdim=True)
-
-
-def _tree_parents(shape: str, branching: tuple[int, ...]) -> list[int]:
-    parents: list[int] = []
-    frontier = [-1]
-    for k in branching:
-        nxt = []
-        for f in frontier:
-            for _ in range(int(k)):
-                nxt.append(len(parents))
-                parents.append(f)
-        frontier = nxt
-    return parents
 
 
 @dataclass(frozen=True)
@@ -161,7 +150,7 @@ class TreeVerifyCase:
         B, N, V = self.batch_size, self.num_nodes, self.vocab_size
         dt = getattr(torch, self.dtype)
         rng = np.random.default_rng(self.seed)
-        full = _tree_parents(self.shape, self.branching)
+        full = full_tree_parents(self.branching).numpy()
         parents = np.empty((B, N), dtype=np.int64)
         for b in range(B):
             if self.shape == "random":
