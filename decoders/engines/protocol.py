@@ -122,11 +122,18 @@ class GenerationResult:
         (``None``: the engine does not report it, or plain generation).
     num_accepted_tokens : int or None
         Drafts the engine accepted for this request, from its own metrics.
+    first_round_accepted : int or None
+        Drafts accepted in this request's *first* speculative round, from the engine's own
+        metrics (``None``: not reported). The audit compares these counts with their exact
+        law (:func:`~specexact.decoders.tiny_models.expected_acceptance`), whose context is
+        the prompt, or the prompt and one target-sampled token when the engine declares
+        ``first_round_after_token``.
     """
 
     token_ids: tuple[int, ...]
     num_draft_tokens: int | None = None
     num_accepted_tokens: int | None = None
+    first_round_accepted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,16 @@ class EngineCapabilities:
         The engine's version (reports).
     notes : str
         Anything else a reader needs (flags the adapter sets).
+    acceptance_scheme : {"tokenwise", "sample_compare"}
+        How the engine decides a draft: ``min(1, p/q)`` (Leviathan et al.), or sampling the
+        target and keeping the draft while they agree (mlx-lm); fixes the exact expected
+        acceptance the engine's counts are compared with.
+    draft_sampling : {"request", "temperature", "greedy"}
+        How the engine samples its draft model: with the request's parameters processed as
+        the target's, with the request's temperature only, or its argmax.
+    first_round_after_token : bool
+        True when the first speculative round comes after one token that the target sampled
+        alone (vLLM's prefill step), False when it drafts right after the prompt.
     """
 
     methods: tuple[str, ...]
@@ -169,8 +186,15 @@ class EngineCapabilities:
     reports_acceptance: bool = False
     version: str = ""
     notes: str = ""
+    acceptance_scheme: str = "tokenwise"
+    draft_sampling: str = "request"
+    first_round_after_token: bool = False
 
     def __post_init__(self) -> None:
+        if self.acceptance_scheme not in ("tokenwise", "sample_compare"):
+            raise ValueError(f"acceptance_scheme must be 'tokenwise' or 'sample_compare', got {self.acceptance_scheme!r}")
+        if self.draft_sampling not in ("request", "temperature", "greedy"):
+            raise ValueError(f"draft_sampling must be 'request', 'temperature' or 'greedy', got {self.draft_sampling!r}")
         methods = tuple(self.methods)
         unknown = [m for m in methods if m not in SPECULATIVE_METHODS]
         if not methods or unknown:
