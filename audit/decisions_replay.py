@@ -61,17 +61,16 @@ def event_laws(event: dict, verifier=None) -> dict:
     ValueError
         A class index or drafts that do not fit the case.
     """
-    from .verify_case import VerifyCase
+    from .case_kind import kind_of
 
     case = _case_of(event)
+    return kind_of(case).event_inputs(case, event, verifier)
+
+
+def decoder_event_inputs(case, event: dict, verifier=None) -> dict:
+    """:func:`event_laws` of a decoder-level case's event (its laws recomputed from the
+    case's toy models, for the row class, history and drafts of the event)."""
     drafts = torch.tensor([event["drafts"]], dtype=torch.int64)
-    if isinstance(case, VerifyCase):
-        laws = case.laws()
-        K = case.num_draft_tokens
-        if drafts.shape[1] != K:
-            raise ValueError(f"event has {drafts.shape[1]} drafts, case {case.name!r} has K={K}")
-        return {"draft_token_ids": drafts, "draft_probs": laws.draft32[None].clone(),
-                "target_probs": laws.target32[None].clone()}
     c = int(event["class"])
     if not 0 <= c < len(case.row_classes):
         raise ValueError(f"class {c} not in case {case.name!r} ({len(case.row_classes)} classes)")

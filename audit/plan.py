@@ -132,28 +132,27 @@ class AuditPlan:
         return None
 
 
-def _support(vocab_size: int, length: int) -> int:
-    # V ** length without building a huge integer.
+def support_size(vocab_size: int, length: int) -> int:
+    """``V ** length``, capped at ``10**9`` without building a huge integer (the stand-in
+    support of a sequence law)."""
     if length * math.log(max(vocab_size, 2)) > math.log(10**9):
         return 10**9
     return max(2, vocab_size**length)
 
 
 def planning_checks(case: AuditCase) -> list[tuple[int, bool]]:
-    """``(num_bins, two_sample)`` of the chi-square checks a class of ``case`` runs (stand-ins).
+    """``(num_bins, two_sample)`` of the chi-square checks a class of ``case`` runs (stand-ins),
+    as its kind says (:meth:`~specexact.audit.case_kind.CaseKind.planning_checks`).
 
-    A verify-level case: ``first_token_law`` and ``accepted_length`` (its conditional
-    ``recovered_token_law`` / ``bonus_token_law`` checks see only part of the rows and
-    report their own, larger, detectable TV). A two-sample decoder-level case:
+    A verify-level case: ``first_token_law`` and ``accepted_length``. An exact
+    decoder-level or tree-level case: the sequence law (``min(V ** length,
+    PLAN_MAX_BINS)`` bins) and the accepted length. A two-sample decoder-level case:
     ``first_token_law`` with :func:`first_token_bins` bins (the target's ``top_k`` where
     every class sets one) and ``sequences_vs_naive``.
     """
-    if _is_verify(case):
-        return [(min(case.model.vocab_size, PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
-    V, L = case.model.vocab_size, case.length
-    if case.exact:
-        return [(min(_support(V, L), PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
-    return [(first_token_bins(case), False), (min(_support(V, L), PLAN_MAX_BINS), True)]
+    from .case_kind import kind_of
+
+    return kind_of(case).planning_checks(case)
 
 
 def first_token_bins(case: AuditCase) -> int:
@@ -227,12 +226,6 @@ def floor_batches(cases: Sequence[AuditCase], costs: Sequence[float], available_
         return want
     scale = max(0.0, (extra + room) / extra)  # the floors' extra calls that fit
     return [MIN_BATCHES + int((w - MIN_BATCHES) * scale // 2) * 2 for w in want]
-
-
-def _is_verify(case) -> bool:
-    from .verify_case import VerifyCase
-
-    return isinstance(case, VerifyCase)
 
 
 def rows_per_class(case: AuditCase) -> int:
@@ -443,48 +436,19 @@ class _Pilot:
         self.prepared = [self._prepare(case) for case in self.cases]
 
     def _prepare(self, case):
-        """What one call needs: the laws of a verify-level case, or the models and the batch
-        of a decoder-level one."""
-        if _is_verify(case):
-            return case.laws(self.dev)
-        return case.models(self.dev), case.batch(self.dev)
+        """What one call needs (its kind's :meth:`~specexact.audit.case_kind.CaseKind.prepare`:
+        the laws of a verify-level case, the models and the batch of a decoder-level one)."""
+        from .case_kind import kind_of
+
+        return kind_of(case).prepare(case, self.dev, self.chosen)
 
     def _call(self, i: int, rows: int | None, v) -> None:
-        from specexact.decoders import speculative_generate
+        """One call of case ``i`` as its kind makes it; a full call (``rows=None``) includes
+        the case's observers and naive sampling."""
+        from .case_kind import kind_of
 
-        case, prepared = self.cases[i], self.prepared[i]
-        if getattr(case, "kind", None) == "tree":  # the tree decoder (or block's chain decoder)
-            from specexact.decoders import verify
-
-            from .tree_case import reference_verifier, tree_call
-
-            tree_call(case, prepared, reference_verifier(case) if v is verify else v,
-                      torch.Generator(device=self.dev).manual_seed(0), rows)
-            return
-        if _is_verify(case):
-            from dataclasses import replace
-
-            from .verify_case import verify_call
-
-            c = case if rows is None else replace(case, batch_size=rows)
-            verify_call(c, prepared, v, torch.Generator(device=self.dev).manual_seed(0))
-            return
-        (target, draft), (prompts, t_params, d_params) = prepared
-        if rows is not None:
-            prompts, t_params, d_params = prompts[:rows], t_params[:rows], d_params[:rows]
-        # A full call is timed with the per-event observer the case runs with, so the plan
-        # includes its cost (a sliced warm-up call runs without it).
-        observer = None
-        if rows is None:
-            from .runner import decision_observer
-
-            observer = decision_observer(case, prompts, v, 0)
-            observer.start_call()
-        out = speculative_generate(target, draft, prompts, t_params, d_params, num_draft_tokens=case.num_draft_tokens,
-                                   max_new_tokens=case.length, generator=torch.Generator(device=self.dev).manual_seed(0),
-                                   eos_token_id=case.eos_token_id, verifier=v, observer=observer)
-        if observer is not None:
-            observer.finish_call(out)
+        case = self.cases[i]
+        kind_of(case).call(case, self.prepared[i], v, rows=rows, device=self.dev, full=rows is None)
 
     def warm_up(self) -> None:
         """An untimed small call: the first call of a process (or of a new thread count)
@@ -501,21 +465,14 @@ class _Pilot:
 
     def time(self, i: int) -> float:
         """Seconds of one call of case ``i`` (naive sampling included for a two-sample case)."""
-        from specexact.decoders import naive_generate, verify
-        from specexact.decoders.adapters.protocol import processing_of
+        from specexact.decoders import verify
 
-        case, prep = self.cases[i], self.prepared[i]
         t0 = time.perf_counter()
         try:
             self._call(i, None, self.chosen)
         except Exception:  # noqa: BLE001
             t0 = time.perf_counter()
             self._call(i, None, verify)
-        if not case.exact and not _is_verify(case):
-            (target, _), (prompts, t_params, _) = prep
-            naive_generate(target, prompts, t_params, max_new_tokens=case.length,
-                           generator=torch.Generator(device=self.dev).manual_seed(1), eos_token_id=case.eos_token_id,
-                           processing=None if self.verifier is None else processing_of(self.verifier))
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
         return max(time.perf_counter() - t0, 1e-4)

@@ -1,80 +1,33 @@
-"""Run audit cases against a verifier and collect calibrated check results.
+"""Run one audit case against a sampler and collect its calibrated check results.
 
-Per exact case and row class ``c`` (its own law), with ``n`` sequences of class ``c``:
-
-- ``sequence_law[c]``: goodness of fit of the first ``length`` generated tokens against the
-  law enumerated in float64 (any sequence of zero probability fails at once);
-- ``accepted_length[c]``: law of the drafts accepted in the first round against its exact
-  law (``P(N >= i)`` is a sum of products of ``min(target, draft)``); under-acceptance
-  fails here even when the emitted law is right;
-- ``independent_rows[c]`` / ``independent_calls[c]``: pairs of same-class rows of one
-  decoder call, and the same row in two successive calls, must agree no more often than
-  control pairs (different call, different row); shared randomness inflates agreement.
-
-Per two-sample case (V too large to enumerate): the first token against its exact law, the
-first-round acceptance count against ``sum_v min(target, draft)`` (exact binomial), the
-sequences against naive target-only sampling (chi-square homogeneity), and the same
-independence checks on the first token.
-
-Per case, every case: the per-event checks of
-:mod:`~specexact.audit.decisions_checks` (``acceptance_exact``, ``acceptance``,
-``recovered_support``, ``recovered_token_law``, ``bonus_token_law``, ``eos_cut``), from a
-:class:`~specexact.audit.decisions.DecisionObserver` that sees every round of every
-decoder call (:func:`decision_observer`).
+:func:`run_case` serves every kind of case through its :class:`~specexact.audit.case_kind.CaseKind`
+(:func:`~specexact.audit.case_kind.kind_of`): decoder-level cases
+(:mod:`~specexact.audit.decoder_kind`, whose docstring lists their checks), verify-level
+(:mod:`~specexact.audit.verify_case`), tree-level (:mod:`~specexact.audit.tree_case`) and
+end-to-end cases (:mod:`~specexact.audit.e2e_case`). :func:`checks_per_case`,
+:func:`restrict_to_sampler` and :func:`unsupported_reason` answer for any kind as well.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
-import numpy as np
 import torch
 
-from specexact.decoders import (
-    batch_params,
-    naive_generate,
-    speculative_generate,
-)
-from specexact.decoders.adapters.protocol import is_logits_level, processing_of, scheme_of
-from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
-from specexact.exactness.enumeration import acceptance_law, count_sequences, encode_sequences, sequence_law
-from specexact.exactness.exact_tests import binomial_check
-from specexact.exactness.goodness_of_fit import chisquare_gof
-from specexact.exactness.results import CheckResult
-from specexact.exactness.two_sample import chisquare_homogeneity
-
-from .acceptance import accepted_length_check, chain_accepted_length_laws
-from .case_result import CaseResult, case_seed, enough_calls, sampler_failure
-from .errors import AuditInternalError
+from .case_kind import kind_of
+from .case_result import CaseResult, case_seed
 from .cases import AuditCase
-from .decisions import DecisionObserver
-from .decisions_checks import DECISION_CHECKS, decision_checks
+from .decoder_kind import decision_observer
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
-from .lossy import lossy_tv_check
-from .pairs import pair_checks
-from .tree_case import TREE_CHECKS_PER_CLASS, TreeCase, chain_case_reason, restrict_tree_case, run_tree_case
-from .verify_case import VERIFY_CHECKS, VerifyCase, run_verify_case
 
-__all__ = ["CaseResult", "run_case", "decision_observer", "unsupported_reason", "restrict_to_sampler", "checks_per_case", "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
-
-_VERIFY_LEVEL_REASON = ("a verify-level case calls the verifier with probabilities; a logits-level sampler "
-                        "takes logits")
+__all__ = ["CaseResult", "run_case", "decision_observer", "unsupported_reason", "restrict_to_sampler", "checks_per_case",
+           "case_seed", "CHI2_TAIL_INFLATION", "MIN_EXPECTED"]
 
 
 def checks_per_case(case: AuditCase) -> int:
     """How many checks :func:`run_case` runs for ``case`` (known before sampling, so the
     audit can split its false-fail rate in advance)."""
-    if _is_verify_case(case):
-        return VERIFY_CHECKS
-    if isinstance(case, TreeCase):
-        return TREE_CHECKS_PER_CLASS * len(case.row_classes)
-    per_class = 4 if case.exact else 5
-    return per_class * len(case.row_classes) + DECISION_CHECKS
-
-
-def _is_verify_case(case) -> bool:
-    return isinstance(case, VerifyCase)
+    return kind_of(case).checks(case)
 
 
 def run_case(
@@ -93,7 +46,8 @@ def run_case(
     """Sample ``case`` with ``verifier`` inside the built-in decoder and check its laws.
 
     A verify-level case (:class:`~specexact.audit.verify_case.VerifyCase`) calls the
-    verifier directly instead (:func:`~specexact.audit.verify_case.run_verify_case`).
+    verifier directly instead, a tree-level case runs the tree decoder, an end-to-end case
+    the engine's own generate loop: each kind's ``run`` (:mod:`~specexact.audit.case_kind`).
 
     Parameters
     ----------
@@ -139,108 +93,9 @@ def run_case(
     runnable, reason = restrict_to_sampler(case, verifier)
     if runnable is None:
         raise ValueError(f"case {case.name!r} cannot audit this sampler: {reason}")
-    case = runnable
-    if isinstance(case, TreeCase):  # tree / block / lossy samplers in their own decoder
-        return run_tree_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
-                             time_budget_s=time_budget_s, min_batches=min_batches, device=device, progress=progress,
-                             min_expected=min_expected)
-    if _is_verify_case(case):
-        return run_verify_case(case, verifier, false_fail_rate=false_fail_rate, seed=seed, num_batches=num_batches,
-                               time_budget_s=time_budget_s, min_batches=min_batches, device=device,
-                               progress=progress,
-                               min_expected=min_expected)
-    processing = processing_of(verifier)
-    start = time.perf_counter()
-    result = CaseResult(case=case, seed=case_seed(seed, case))
-    gen = torch.Generator(device=device).manual_seed(result.seed)
-    naive_gen = torch.Generator(device=device).manual_seed(result.seed ^ 0x5EED)
-    target, draft = case.models(device)
-    prompts, t_params, d_params = case.batch(device)
-    C = len(case.row_classes)
-    L = case.length
-    observer = _Guarded(decision_observer(case, prompts, verifier, result.seed))
-
-    tokens, first_round, naive_tokens = [], [], []
-    b = 0
-    while True:
-        try:
-            observer.start_call()
-            out = speculative_generate(
-                target, draft, prompts, t_params, d_params,
-                num_draft_tokens=case.num_draft_tokens, max_new_tokens=L,
-                generator=gen, eos_token_id=case.eos_token_id, verifier=verifier, observer=observer,
-            )
-            observer.finish_call(out)
-        except AuditInternalError:
-            raise  # the audit's own failure, not the sampler's
-        except Exception as exc:  # noqa: BLE001 - a crash of the sampler is a finding
-            result.defect, chk = sampler_failure(exc, f"decoder call {b}", false_fail_rate)
-            result.checks.append(chk)
-            break
-        tokens.append(out.tokens.cpu())
-        first_round.append(out.accepted_lengths[:, 0].cpu())
-        if not case.exact:
-            naive_tokens.append(naive_generate(target, prompts, t_params, max_new_tokens=L,
-                                               generator=naive_gen, eos_token_id=case.eos_token_id,
-                                               processing=processing).tokens.cpu())
-        b += 1
-        result.num_batches = b
-        result.num_sequences = b * case.batch_size
-        if progress is not None:
-            progress(result.num_sequences, b)
-        if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
-            break
-    if result.defect is None:
-        all_tokens = torch.stack(tokens)  # [nb, B, L]
-        accepted = torch.stack(first_round)  # [nb, B]
-        naive_all = torch.stack(naive_tokens) if naive_tokens else None
-        for c in range(C):
-            result.checks.extend(
-                _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, false_fail_rate, min_expected,
-                              processing, scheme_of(verifier))
-            )
-        result.checks.extend(decision_checks(observer.summary(), alpha=false_fail_rate, min_expected=min_expected))
-    result.wall_time_s = time.perf_counter() - start
-    return result
-
-
-class _Guarded:
-    """The observer, with its own failures raised as :class:`AuditInternalError` (the
-    decoder calls it between the sampler's calls, inside the runner's ``except`` for the
-    sampler's crashes)."""
-
-    def __init__(self, observer: DecisionObserver) -> None:
-        self.observer = observer
-
-    def _run(self, fn, *args):
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - any failure here is the audit's own
-            raise AuditInternalError(f"the per-event observer failed: {type(exc).__name__}: {exc}") from exc
-
-    def __call__(self, rec) -> None:
-        self._run(self.observer, rec)
-
-    def start_call(self) -> None:
-        self._run(self.observer.start_call)
-
-    def finish_call(self, output=None) -> None:
-        self._run(self.observer.finish_call, output)
-
-    def summary(self) -> dict:
-        return self._run(self.observer.summary)
-
-
-def decision_observer(case: AuditCase, prompts: torch.Tensor, verifier, seed: int) -> DecisionObserver:
-    """The per-event observer of one run of ``case`` (:mod:`~specexact.audit.decisions`):
-    rows are of class ``row % C``; its own generator is seeded from the case seed, apart
-    from the sampler's."""
-    C = len(case.row_classes)
-    return DecisionObserver(
-        batch_size=case.batch_size, num_draft_tokens=case.num_draft_tokens, max_new_tokens=case.length,
-        row_class=torch.arange(case.batch_size) % C, num_classes=C, prompts=prompts,
-        eos_token_id=case.eos_token_id, scheme=scheme_of(verifier), seed=seed ^ 0xDEC15,
-    )
+    return kind_of(runnable).run(runnable, verifier, false_fail_rate=false_fail_rate, seed=seed,
+                                 num_batches=num_batches, time_budget_s=time_budget_s, min_batches=min_batches,
+                                 device=device, progress=progress, min_expected=min_expected)
 
 
 def unsupported_reason(case: AuditCase, verifier) -> str | None:
@@ -248,17 +103,9 @@ def unsupported_reason(case: AuditCase, verifier) -> str | None:
     declared operations do not cover their target parameters; any logits-level sampler on
     a verify-level case, which hands the verifier probabilities; a sampler of another protocol
     or scheme than the case serves: :func:`~specexact.audit.tree_case.restrict_tree_case`,
-    :func:`~specexact.audit.tree_case.chain_case_reason`), or ``None``."""
-    if isinstance(case, TreeCase):
-        return restrict_tree_case(case, verifier)[1]
-    if (reason := chain_case_reason(case, verifier)) is not None:
-        return reason
-    if _is_verify_case(case):
-        return _VERIFY_LEVEL_REASON if is_logits_level(verifier) else None
-    processing = processing_of(verifier)
-    missing = [f"class {case.class_id(c)}: {', '.join(bad)}" for c, rc in enumerate(case.row_classes)
-               if (bad := processing.unsupported(rc.target_params))]
-    return f"the sampler does not implement {'; '.join(missing)}" if missing else None
+    :func:`~specexact.audit.tree_case.chain_case_reason`; an end-to-end case and anything but
+    an engine), or ``None``."""
+    return kind_of(case).restrict(case, verifier)[1]
 
 
 def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, str | None]:
@@ -270,86 +117,4 @@ def restrict_to_sampler(case: AuditCase, verifier) -> tuple[AuditCase | None, st
     for a logits-level sampler); so does a tree-level case, for the samplers whose protocol and
     scheme it serves.
     """
-    if isinstance(case, TreeCase):
-        return restrict_tree_case(case, verifier)
-    if (reason := chain_case_reason(case, verifier)) is not None:
-        return None, reason
-    if _is_verify_case(case):
-        reason = unsupported_reason(case, verifier)
-        return (None, reason) if reason is not None else (case, None)
-    processing = processing_of(verifier)
-    keep = [c for c, rc in enumerate(case.row_classes) if not processing.unsupported(rc.target_params)]
-    reason = unsupported_reason(case, verifier)
-    if not keep:
-        return None, reason
-    return case.restricted(keep), reason
-
-
-def _class_checks(case, c, target, draft, all_tokens, accepted, naive_all, alpha,
-                  min_expected=MIN_EXPECTED, processing: LogitsProcessing = BUILTIN_PROCESSING,
-                  scheme: str = "tokenwise") -> list[CheckResult]:
-    alpha_chi2 = alpha / CHI2_TAIL_INFLATION
-    C = len(case.row_classes)
-    rc = case.row_classes[c]
-    label = f"class {case.class_id(c)}"
-    prompt = torch.tensor(rc.prompt, dtype=torch.int64)
-    toks = all_tokens[:, c::C]  # [nb, R, L]
-    nb, R, L = toks.shape
-    flat = toks.reshape(nb * R, L)
-    acc = accepted[:, c::C].reshape(-1).numpy()
-    gamma = case.num_draft_tokens
-    checks: list[CheckResult] = []
-    # The declared scheme's own law (block: larger than token-wise; lossy: none, measured).
-    acc_law, tokenwise_law = chain_accepted_length_laws(target, draft, prompt, rc.target_params, rc.draft_params,
-                                                        num_draft_tokens=gamma, scheme=scheme, processing=processing,
-                                                        acceptance_law=acceptance_law)
-    if case.exact:
-        law = sequence_law(target, prompt, rc.target_params, length=L, eos_token_id=case.eos_token_id,
-                           processing=processing)
-        counts, unexpected = count_sequences(law, flat)
-        probs, labels = law.probs, law.labels()
-        codes = encode_sequences(flat, law.vocab_size)  # [nb * R]
-        if len(unexpected):
-            # Observed outcomes of zero probability: appended with their counts, so the
-            # goodness-of-fit check fails them exactly (support check).
-            off = np.flatnonzero(~np.isin(codes, law.codes))
-            _, first, off_counts = np.unique(codes[off], return_index=True, return_counts=True)
-            rows = flat[off[first]].tolist()
-            counts = np.concatenate([counts, off_counts])
-            probs = np.concatenate([probs, np.zeros(len(rows))])
-            labels = labels + [" ".join(str(t) for t in row if t >= 0) for row in rows]
-        if scheme == "lossy":  # measured, not tested
-            checks.append(lossy_tv_check(counts, probs, false_fail_rate=alpha, min_expected=min_expected,
-                                         name=f"lossy_tv[{label}]"))
-        else:
-            checks.append(chisquare_gof(counts, probs, false_fail_rate=alpha_chi2, labels=labels,
-                                        min_expected=min_expected,
-                                        name=f"sequence_law[{label}]"))
-        codes = codes.reshape(nb, R)
-    else:
-        p0 = processing(target.to(dtype=torch.float64)(prompt[None], torch.tensor([[len(rc.prompt) - 1]]))[:, 0],
-                        batch_params(rc.target_params, 1), None, prompt[None]).numpy()[0]
-        first = np.bincount(flat[:, 0].numpy(), minlength=case.model.vocab_size)
-        checks.append(chisquare_gof(first, p0, false_fail_rate=alpha_chi2, min_expected=min_expected,
-                                    name=f"first_token_law[{label}]"))
-        spec_codes = encode_sequences(flat, case.model.vocab_size)
-        naive_codes = encode_sequences(naive_all[:, c::C].reshape(-1, L), case.model.vocab_size)
-        support, inv = np.unique(np.concatenate([spec_codes, naive_codes]), return_inverse=True)
-        ca = np.bincount(inv[: len(spec_codes)], minlength=len(support))
-        cb = np.bincount(inv[len(spec_codes):], minlength=len(support))
-        checks.append(chisquare_homogeneity(ca, cb, false_fail_rate=alpha_chi2, min_expected=min_expected,
-                                            name=f"sequences_vs_naive[{label}]", outcome_codes=support))
-        codes = flat[:, 0].numpy().reshape(nb, R)
-    if acc_law is not None and np.isnan(acc_law).any():
-        at_least_one = float(1.0 - acc_law[0])
-        checks.append(binomial_check(int((acc >= 1).sum()), int(acc.size), at_least_one,
-                                     false_fail_rate=alpha, name=f"first_acceptance[{label}]"))
-    else:
-        # Unbinned counts for plots and baselines; means (the scheme's and the token-wise
-        # optimum) for reading and for the report's under-acceptance finding.
-        checks.append(accepted_length_check(acc, acc_law, scheme=scheme, max_accepted=gamma,
-                                            false_fail_rate=alpha if acc_law is None else alpha_chi2,
-                                            min_expected=min_expected, name=f"accepted_length[{label}]",
-                                            tokenwise_law=tokenwise_law))
-    checks.extend(pair_checks(codes, alpha, label))
-    return checks
+    return kind_of(case).restrict(case, verifier)

@@ -49,6 +49,7 @@ from specexact.decoders.adapters.protocol import (
     scheme_of,
     tree_drafting_of,
 )
+from specexact.decoders.engines.protocol import is_engine
 from specexact.decoders.tree import tree_speculative_generate, verify_block, verify_tree_rrs
 from specexact.exactness.enumeration import count_sequences, encode_sequences, sequence_law
 from specexact.exactness.goodness_of_fit import chisquare_gof
@@ -211,9 +212,14 @@ class TreeCase:
 
 # --- which samplers a case serves ---------------------------------------------------------
 
+_ENGINE_REASON = ("an end-to-end engine runs its own generate loop; it is audited by end-to-end cases "
+                  "(specexact audit --engine), not inside specexact's decoder")
+
 def restrict_tree_case(case: TreeCase, verifier) -> tuple[TreeCase | None, str | None]:
     """``(case, None)`` when ``verifier`` can be audited by ``case``, else ``(None, reason)``:
     its declared protocol, scheme and (tree) drafting rules must be the case's."""
+    if is_engine(verifier):
+        return None, _ENGINE_REASON
     if is_logits_level(verifier):
         return None, "a tree-level case hands the verifier probabilities; a logits-level sampler takes logits"
     protocol, scheme = protocol_of(verifier), scheme_of(verifier)
@@ -234,6 +240,8 @@ def chain_case_reason(case, verifier) -> str | None:
     sampler has no chain call; tree schemes have no chain reference; a lossy sampler is
     measured against an exact law, which two-sample and verify-level cases lack; the
     verify-level laws are the token-wise scheme's."""
+    if is_engine(verifier):
+        return _ENGINE_REASON
     protocol, scheme = protocol_of(verifier), scheme_of(verifier)
     if protocol != "chain":
         return f"a chain-protocol case; the sampler declares protocol {protocol!r} (it runs the tree cases)"
@@ -503,3 +511,43 @@ def tree_cases(quick: bool = False) -> list[TreeCase]:
     if quick:
         cases = [replace(c, batch_size=c.batch_size // 4) for c in cases]
     return cases
+
+
+class TreeKind:
+    """The :class:`~specexact.audit.case_kind.CaseKind` of tree-level cases."""
+
+    name = "tree"
+
+    def handles(self, case) -> bool:
+        return isinstance(case, TreeCase)
+
+    def checks(self, case: TreeCase) -> int:
+        return TREE_CHECKS_PER_CLASS * len(case.row_classes)
+
+    def restrict(self, case: TreeCase, verifier):
+        return restrict_tree_case(case, verifier)
+
+    def planning_checks(self, case: TreeCase) -> list[tuple[int, bool]]:
+        from .plan import PLAN_MAX_BINS, support_size
+
+        return [(min(support_size(case.model.vocab_size, case.length), PLAN_MAX_BINS), False),
+                (case.depth + 1, False)]
+
+    def prepare(self, case: TreeCase, device, sampler):
+        return case.models(device), case.batch(device)
+
+    def call(self, case: TreeCase, prepared, sampler, *, rows: int | None, device, full: bool) -> None:
+        from specexact.decoders import verify
+
+        tree_call(case, prepared, reference_verifier(case) if sampler is verify else sampler,
+                  torch.Generator(device=device).manual_seed(0), rows)
+
+    def run(self, case, sampler, **kwargs) -> CaseResult:
+        return run_tree_case(case, sampler, **kwargs)
+
+    def event_inputs(self, case, event: dict, sampler) -> dict:
+        raise ValueError(f"case {case.name!r} is a tree-level case: its checks record no per-event replays")
+
+
+CASE_KIND = TreeKind()
+"""Tree-level cases' kind (:mod:`~specexact.audit.case_kind`)."""

@@ -400,3 +400,58 @@ def verify_cases() -> list[VerifyCase]:
             weight=2.0,
         ),
     ]
+
+
+class VerifyKind:
+    """The :class:`~specexact.audit.case_kind.CaseKind` of verify-level cases."""
+
+    name = "verify"
+
+    def handles(self, case) -> bool:
+        return isinstance(case, VerifyCase)
+
+    def checks(self, case: VerifyCase) -> int:
+        return VERIFY_CHECKS
+
+    def restrict(self, case: VerifyCase, verifier):
+        from specexact.decoders.adapters.protocol import is_logits_level
+
+        from .tree_case import chain_case_reason
+
+        if (reason := chain_case_reason(case, verifier)) is not None:
+            return None, reason
+        if is_logits_level(verifier):
+            return None, ("a verify-level case calls the verifier with probabilities; a logits-level sampler "
+                          "takes logits")
+        return case, None
+
+    def planning_checks(self, case: VerifyCase) -> list[tuple[int, bool]]:
+        """``first_token_law`` and ``accepted_length`` (its conditional ``recovered_token_law``
+        / ``bonus_token_law`` checks see only part of the rows and report their own, larger,
+        detectable TV)."""
+        from .plan import PLAN_MAX_BINS
+
+        return [(min(case.model.vocab_size, PLAN_MAX_BINS), False), (case.num_draft_tokens + 1, False)]
+
+    def prepare(self, case: VerifyCase, device, sampler):
+        return case.laws(device)
+
+    def call(self, case: VerifyCase, prepared, sampler, *, rows: int | None, device, full: bool) -> None:
+        c = case if rows is None else replace(case, batch_size=rows)
+        verify_call(c, prepared, sampler, torch.Generator(device=device).manual_seed(0))
+
+    def run(self, case, sampler, **kwargs):
+        return run_verify_case(case, sampler, **kwargs)
+
+    def event_inputs(self, case: VerifyCase, event: dict, sampler) -> dict:
+        laws = case.laws()
+        drafts = torch.tensor([event["drafts"]], dtype=torch.int64)
+        K = case.num_draft_tokens
+        if drafts.shape[1] != K:
+            raise ValueError(f"event has {drafts.shape[1]} drafts, case {case.name!r} has K={K}")
+        return {"draft_token_ids": drafts, "draft_probs": laws.draft32[None].clone(),
+                "target_probs": laws.target32[None].clone()}
+
+
+CASE_KIND = VerifyKind()
+"""Verify-level cases' kind (:mod:`~specexact.audit.case_kind`)."""

@@ -20,6 +20,7 @@ from .protocol import (
     GenerationResult,
     SPECULATIVE_METHODS,
     check_generation_results,
+    is_engine,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "GenerationResult",
     "SPECULATIVE_METHODS",
     "check_generation_results",
+    "is_engine",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "EngineCapabilities",
     "EndToEndEngine",
     "check_generation_results",
+    "is_engine",
 ]
 
 SPECULATIVE_METHODS = ("draft_model", "draft_model_greedy", "ngram", "prompt_lookup")
@@ -265,3 +266,9 @@ def check_generation_results(requests: Sequence[GenerationRequest], results: Seq
         if eos is not None and eos in toks and toks.index(eos) < req.min_tokens:
             return f"request {i}: EOS at index {toks.index(eos)} before min_tokens={req.min_tokens}"
     return None
+
+
+def is_engine(obj: object) -> bool:
+    """Whether ``obj`` is an end-to-end engine (:class:`EndToEndEngine`: ``name``,
+    ``capabilities()``, ``load``, ``generate``, ``close``), which only end-to-end cases audit."""
+    return isinstance(obj, EndToEndEngine) and callable(getattr(obj, "capabilities", None))

@@ -80,6 +80,7 @@ PARTS = {
     "shifted_alignment": {"position_alignment"},
     "under_accept": {"acceptance_rule"},
     "residual_from_first_position": {"recovered_token"},
+    "recovered_from_next_position": {"recovered_token"},
     "first_row_target": {"acceptance_rule", "recovered_token", "bonus_token"},
     "shared_uniforms_across_rows": {"independence"},
     "reseeded_each_call": {"reproducibility"},
@@ -115,6 +116,12 @@ def check_caught(name, report):
         assert culprits == ["bonus_token"]
         bonus = next(p for p in report["diagnosis"]["parts"] if p["part"] == "bonus_token")
         assert "wrong position" in bonus["evidence"] and bonus["replay"]
+    if name == "recovered_from_next_position":  # the recovered token's fault, not the alignment's
+        assert culprits == ["recovered_token"]
+        rec = next(p for p in report["diagnosis"]["parts"] if p["part"] == "recovered_token")
+        assert "residual of position i+1" in rec["evidence"]
+        align = next(p for p in report["diagnosis"]["parts"] if p["part"] == "position_alignment")
+        assert align["status"] == "pass" and "not of the target law's alignment" in align["evidence"]
     if name == "under_accept_1pct":
         assert culprits == ["acceptance_rule"]
         assert any("scaled-down acceptance" in n for n in report["diagnosis"]["notes"])

@@ -66,7 +66,7 @@ def test_the_same_seed_gives_the_same_examples_in_another_process():
 def test_what_does_not_apply_to_a_scheme_or_protocol_is_not_run_and_is_said():
     """The probes and ``uses_generator`` judge the token-wise rule; a lossy chain sampler
     (typical acceptance: deterministic decisions) is held to the other rules only, and a
-    tree-protocol sampler gets no chain examples at all. Both are said in the result."""
+    tree-protocol sampler gets the tree families, not the chain probes. Both are said in the result."""
     from dataclasses import replace
 
     from specexact.decoders.tree import REFERENCE_SAMPLERS
@@ -81,7 +81,8 @@ def test_what_does_not_apply_to_a_scheme_or_protocol_is_not_run_and_is_said():
     assert lossy.to_dict()["subject"]["scheme"] == "lossy"
 
     tree = run_fuzz(REFERENCE_SAMPLERS["tree_target_only"], SMALL, name="tree-target-only")
-    assert tree.passed and tree.families == [] and tree.to_dict()["not_applicable"][0]["what"] == "every family"
+    assert tree.passed and [f.name for f in tree.families] == ["tree_calls", "tree_invalid_inputs"]
+    assert [n["what"] for n in tree.to_dict()["not_applicable"]] == ["acceptance_probes"]
 
     # The same correct token-wise verifier declared sample-compare: its supplied uniforms
     # are not probed against min(1, p/q); declared token-wise, they are.

@@ -1,0 +1,176 @@
+"""specexact's own speculative decoder behind the end-to-end engine protocol.
+
+:class:`BuiltinEngine` loads the tiny models (:func:`~specexact.decoders.tiny_models.load_model`)
+and runs :func:`~specexact.decoders.speculative_generate` (``speculative=True``) or
+:func:`~specexact.decoders.naive_generate` (``speculative=False``) on them: the reference
+an end-to-end audit of a real engine is read against, and the correct engine that the planted
+end-to-end faults of :mod:`specexact.audit.zoo_e2e` wrap.
+
+Requests of one call are grouped by prompt length, ``max_tokens``, ``min_tokens`` and EOS
+(one decoder call per group, rows in request order); each group draws from one
+``torch.Generator`` seeded from its requests' seeds, so the same requests with the same seeds
+give the same outputs (``per_request_seed=False``: a request's output depends on the call it
+is in). ``min_tokens`` is applied by setting EOS's raw logit to ``-inf`` on both models until
+that many tokens were generated (before any processing, as vLLM and Hugging Face do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+
+__all__ = ["BuiltinEngine", "MinTokensModel", "group_seed"]
+
+
+class MinTokensModel:
+    """``model`` with EOS's raw logit at ``-inf`` while fewer than ``min_tokens`` tokens
+    follow a prompt of ``prompt_len`` tokens (position ``t`` predicts generated token
+    ``t - prompt_len + 1``).
+
+    Shape: as ``model``: ``input_ids [B, T], positions [B, n] -> logits [B, n, V]``.
+    """
+
+    def __init__(self, model, *, prompt_len: int, min_tokens: int, eos_token_id: int) -> None:
+        self.model, self.prompt_len, self.min_tokens, self.eos = model, int(prompt_len), int(min_tokens), int(eos_token_id)
+        self.vocab_size, self.device = model.vocab_size, model.device
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.model(input_ids, positions)
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=logits.device)[None].expand(input_ids.shape[0], -1)
+        generated = positions.to(logits.device) - (self.prompt_len - 1)  # tokens generated before the one predicted
+        logits = logits.clone()
+        logits[..., self.eos] = torch.where(generated < self.min_tokens, -torch.inf, logits[..., self.eos])
+        return logits
+
+
+def group_seed(seeds: Sequence[int]) -> int:
+    """A 63-bit seed that is a stable function of a group's request seeds (in order)."""
+    digest = hashlib.sha256(",".join(str(int(s)) for s in seeds).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class BuiltinEngine:
+    """specexact's decoder as an :class:`~specexact.decoders.engines.EndToEndEngine`.
+
+    Parameters
+    ----------
+    dtype : torch.dtype, default float64
+        The models' forward precision.
+
+    Notes
+    -----
+    The hooks :meth:`speculative_target`, :meth:`speculative_params`, :meth:`generator` and
+    :attr:`verifier` are what the planted faults of :mod:`specexact.audit.zoo_e2e` override.
+    """
+
+    name = "builtin"
+
+    def __init__(self, dtype: torch.dtype = torch.float64) -> None:
+        self.dtype = dtype
+        self.target = self.draft = None
+        self.method: str | None = None
+        self.num_speculative_tokens = 0
+
+    @property
+    def verifier(self):
+        """The verification function the decoder calls (:func:`~specexact.decoders.verify`)."""
+        from specexact.decoders import verify
+
+        return verify
+
+    def capabilities(self) -> EngineCapabilities:
+        from specexact.decoders.processing import BUILTIN_PROCESSING
+
+        return EngineCapabilities(methods=("draft_model", "draft_model_greedy"), processing=BUILTIN_PROCESSING,
+                                  per_request_seed=False, reports_acceptance=True, version="specexact",
+                                  notes="one generator per group of requests, seeded from their seeds",
+                                  acceptance_scheme="tokenwise", draft_sampling="request",
+                                  first_round_after_token=False)
+
+    def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
+        """Load the target and the draft (``draft_dir`` is required: both methods draft with a model).
+
+        Raises
+        ------
+        ValueError
+            A method other than ``draft_model`` / ``draft_model_greedy``, no ``draft_dir``, or
+            ``num_speculative_tokens < 1``.
+        """
+        from specexact.decoders.tiny_models import load_model
+
+        if method not in self.capabilities().methods:
+            raise ValueError(f"method must be one of {self.capabilities().methods}, got {method!r}")
+        if draft_dir is None:
+            raise ValueError(f"draft_dir is required for method {method!r}")
+        if int(num_speculative_tokens) < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens!r}")
+        self.target = load_model(target_dir, dtype=self.dtype)
+        self.draft = load_model(draft_dir, dtype=self.dtype)
+        self.method, self.num_speculative_tokens = method, int(num_speculative_tokens)
+
+    def close(self) -> None:
+        self.target = self.draft = None
+        self.method = None
+
+    # --- hooks (planted faults override them) ------------------------------------------------
+    def speculative_target(self, target):
+        """The target model the speculative path calls."""
+        return target
+
+    def speculative_params(self, params):
+        """``(target_params, draft_params)`` of the speculative path for a request's params."""
+        from specexact.decoders.params import SamplingParams
+
+        return params, (SamplingParams(temperature=0.0) if self.method == "draft_model_greedy" else params)
+
+    def generator(self, seeds: Sequence[int]) -> torch.Generator:
+        """The generator of a group of requests."""
+        return torch.Generator().manual_seed(group_seed(seeds))
+
+    # --- generation --------------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest], *, speculative: bool) -> list[GenerationResult]:
+        """Generate every request (module docstring); results in request order.
+
+        Raises
+        ------
+        RuntimeError
+            Called before :meth:`load`.
+        """
+        from specexact.decoders import naive_generate, speculative_generate
+
+        if self.target is None:
+            raise RuntimeError("BuiltinEngine.generate called before load")
+        groups: dict[tuple, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault((len(r.prompt_token_ids), r.max_tokens, r.min_tokens, r.eos_token_id), []).append(i)
+        results: list[GenerationResult | None] = [None] * len(requests)
+        for (T0, max_tokens, min_tokens, eos), idx in groups.items():
+            reqs = [requests[i] for i in idx]
+            prompts = torch.tensor([r.prompt_token_ids for r in reqs], dtype=torch.int64)
+            target, draft = self.target, self.draft
+            if min_tokens and eos is not None:
+                target = MinTokensModel(target, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
+                draft = MinTokensModel(draft, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
+            gen = self.generator([r.seed for r in reqs])
+            if speculative:
+                pairs = [self.speculative_params(r.params) for r in reqs]
+                out = speculative_generate(self.speculative_target(target), draft, prompts, [p for p, _ in pairs],
+                                           [q for _, q in pairs], num_draft_tokens=self.num_speculative_tokens,
+                                           max_new_tokens=max_tokens, generator=gen, eos_token_id=eos,
+                                           verifier=self.verifier)
+                first = out.accepted_lengths[:, 0].tolist()
+            else:
+                out = naive_generate(target, prompts, [r.params for r in reqs], max_new_tokens=max_tokens,
+                                     generator=gen, eos_token_id=eos)
+                first = [None] * len(reqs)
+            for j, i in enumerate(idx):
+                toks = tuple(int(t) for t in out.tokens[j].tolist() if t >= 0)
+                results[i] = GenerationResult(token_ids=toks, first_round_accepted=None if first[j] is None
+                                              else int(first[j]))
+        return results  # type: ignore[return-value]
