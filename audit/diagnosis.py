@@ -95,6 +95,8 @@ CHECK_PARTS = {
     "independent_calls": "reproducibility",
     "defect": "protocol",
     "sequence_law": "emitted_law", "first_token_law": "emitted_law", "sequences_vs_naive": "emitted_law",
+    # end-to-end cases (audit/e2e_case.py)
+    "plain_sequence_law": "emitted_law", "sequences_vs_plain": "emitted_law", "reproducible": "reproducibility",
 }
 """The part each check type belongs to."""
 

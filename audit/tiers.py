@@ -63,6 +63,8 @@ CHECK_TIERS = {
     # per-decision checks (audit/decisions_checks.py)
     "acceptance_exact": "inexact", "acceptance": "inexact", "recovered_support": "inexact",
     "recovered_token_law": "inexact", "bonus_token_law": "inexact", "eos_cut": "inexact",
+    # end-to-end cases (audit/e2e_case.py): the engine's plain sampling and its seeds
+    "plain_sequence_law": "inexact", "sequences_vs_plain": "inexact", "reproducible": "defect",
     # a crash, hang or protocol violation of a case
     "defect": "defect",
 }

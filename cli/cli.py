@@ -73,6 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "or MODULE:OBJECT: a callable with the verify protocol, or a logits-level adapter "
                         "with verify_logits; MODULE is imported as by 'python -m' (the current folder first) "
                         "(default: builtin)")
+    a.add_argument("--engine", default=None, metavar="NAME",
+                   help="audit an engine's own speculative generate loop end to end instead of a verify function: "
+                        "'builtin', a name registered under the entry-point group specexact.engines (vllm, "
+                        "transformers, mlx: each in its own environment, tox -e <engine>-e2e), or MODULE:CLASS")
+    a.add_argument("--method", default=None, metavar="METHOD",
+                   help="with --engine: the drafting method (draft_model, draft_model_greedy, ngram, prompt_lookup; "
+                        "default: every method the engine declares)")
+    a.add_argument("--pair", default="llama-v64", metavar="NAME",
+                   help="with --engine: the tiny target/draft pair (specexact.decoders.tiny_models.CATALOG; "
+                        "default: llama-v64)")
+    a.add_argument("--requests-per-class", type=int, default=256, metavar="N",
+                   help="with --engine: requests of each row class per generate call (default: 256)")
     a.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="time for the audit (of this shard): sample sizes are planned from the power functions "
                         "to fit it; they depend on the machine's speed, not on the data "

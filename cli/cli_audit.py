@@ -132,6 +132,28 @@ def _cases(args):
     return cases, extra
 
 
+def _engine_and_cases(args):
+    """``(engine, target, cases)`` of ``--engine`` / ``--method`` / ``--pair``: the engine,
+    what it resolved to, and its end-to-end cases (:func:`~specexact.audit.e2e_case.e2e_cases`)."""
+    from specexact.audit.e2e_case import e2e_cases
+    from specexact.decoders.engines.registry import EngineError, resolve_engine
+
+    if args.isolate or args.case_timeout is not None:
+        raise CliError("--engine runs the engine in this process (it is loaded once per configuration); "
+                       "--isolate and --case-timeout are for verify functions")
+    if args.case:
+        raise CliError("--case selects verify-level, decoder or tree cases; with --engine the cases are the "
+                       "engine's end-to-end cases (choose them with --method and --pair)")
+    if args.requests_per_class < 2:
+        raise CliError(f"--requests-per-class must be >= 2, got {args.requests_per_class}")
+    try:
+        engine, target = resolve_engine(args.engine)
+        cases = e2e_cases(engine, args.method, pair=args.pair, requests_per_class=args.requests_per_class)
+    except (EngineError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    return engine, target, cases
+
+
 @contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM (a cancelled CI job) ends the audit like Ctrl-C: with the resume message."""
@@ -315,11 +337,16 @@ def audit_command(args) -> int:
 
     device = _device(args.device)
     import_path_as_python_m()
-    try:
-        verifier, target = resolve_sampler(args.sampler)
-    except SamplerError as exc:
-        raise CliError(str(exc)) from exc
-    if not args.case:  # the sampler's protocol decides the default cases (tree samplers: tree cases)
+    sampler_name = args.sampler
+    if args.engine is not None:  # the engine's own generate loop: end-to-end cases only
+        verifier, target, cases = _engine_and_cases(args)
+        sampler_name = f"engine-{args.engine}"
+    else:
+        try:
+            verifier, target = resolve_sampler(args.sampler)
+        except SamplerError as exc:
+            raise CliError(str(exc)) from exc
+    if not args.case and args.engine is None:  # the sampler's protocol decides the default cases (tree samplers: tree cases)
         from specexact.audit.catalog import default_cases_for
 
         cases = default_cases_for(verifier, quick=args.quick)
@@ -328,14 +355,17 @@ def audit_command(args) -> int:
         reasons = [f"{c.name}: {r}" for c, _, r in restricted if r is not None]
         raise CliError(f"no selected case can audit {args.sampler}: {'; '.join(reasons)}")
     try:
-        settings = AuditSettings(sampler_name=args.sampler, sampler_target=target, cases=tuple(cases),
+        fuzz = audit_fuzz_settings(args)
+        if args.engine is not None:  # the fuzz phase calls verify functions; an engine has none
+            fuzz["fuzz"] = False
+        settings = AuditSettings(sampler_name=sampler_name, sampler_target=target, cases=tuple(cases),
                                  false_fail_rate=args.false_fail_rate, budget_s=budget,
                                  num_batches=args.batches, seed=args.seed, device=str(device), shard=shard,
                                  journal_dir=None if journal_dir is None else str(journal_dir), fresh=args.fresh,
                                  isolate=args.isolate, case_timeout_s=args.case_timeout,
                                  case_set=("quick" if args.quick else "default"), threads=args.threads,
                                  strict_inputs=bool(getattr(args, "strict_inputs", False)),
-                                 **audit_fuzz_settings(args),
+                                 **fuzz,
                                  elapsed_before_s=time.perf_counter() - getattr(args, "started", time.perf_counter()))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
@@ -343,7 +373,11 @@ def audit_command(args) -> int:
     display = _Display(console, quiet=args.quiet, budget_mode=args.batches is None, budget_s=budget)
     try:
         with _sigterm_as_interrupt(), display.progress:
-            report = run_audit(verifier, settings, on_status=display)
+            try:
+                report = run_audit(verifier, settings, on_status=display)
+            finally:
+                if args.engine is not None:
+                    verifier.close()
     except KeyboardInterrupt:
         if display.journal and held_journal(display.journal) is not None:
             held_journal(display.journal).close()
@@ -372,7 +406,7 @@ def audit_command(args) -> int:
 
     with _sigterm_as_interrupt():
         try:
-            paths = write_outputs(report, report_dir=args.report_dir, stem=report_stem(args.sampler, shard=shard),
+            paths = write_outputs(report, report_dir=args.report_dir, stem=report_stem(sampler_name, shard=shard),
                                   json_path=args.json, html=not args.no_html, history_limit=args.history,
                                   journal=journal)
         except KeyboardInterrupt:

@@ -1,0 +1,95 @@
+"""Planted end-to-end faults: the built-in engine with one bug of an engine's generate loop each.
+
+Each class wraps :class:`~specexact.decoders.engines.builtin.BuiltinEngine` (a correct
+engine) and breaks one thing that lives outside the verification function — where the
+end-to-end audit (:mod:`specexact.audit.e2e_case`) must find it:
+
+- :class:`LogitsOnePositionOff`: the speculative path reads the target's logits one position
+  too early (the law after ``x[:t]`` used for the token after ``x[:t+1]``);
+- :class:`TemperatureOnDraftsOnly`: the request's temperature reaches the draft model but
+  the target is verified at temperature 1;
+- :class:`SeedIgnored`: every call draws fresh randomness, whatever the requests' seeds;
+- :class:`BonusFromWrongPosition`: on full acceptance the bonus token comes from ``p_γ``
+  (the last draft's position) instead of ``p_{γ+1}``.
+
+:data:`E2E_WRONG` maps names to the classes; ``tests/audit/test_zoo_e2e.py`` asserts each is
+caught, with the tier and the check that names it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from specexact.decoders.engines.builtin import BuiltinEngine
+from specexact.decoders.params import SamplingParams
+
+__all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "E2E_WRONG"]
+
+
+class _Shifted:
+    """``model`` whose logits at position ``t`` are those at ``t - 1`` (clamped at 0)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.vocab_size, self.device = model, model.vocab_size, model.device
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
+        return self.model(input_ids, (positions - 1).clamp_min(0))
+
+
+class LogitsOnePositionOff(BuiltinEngine):
+    """The target's logits aligned one position early in the speculative path."""
+
+    name = "zoo-e2e:logits_one_position_off"
+
+    def speculative_target(self, target):
+        return _Shifted(target)
+
+
+class TemperatureOnDraftsOnly(BuiltinEngine):
+    """The draft is sampled at the request's temperature, the target verified at 1."""
+
+    name = "zoo-e2e:temperature_on_drafts_only"
+
+    def speculative_params(self, params):
+        target_params, draft_params = super().speculative_params(params)
+        d = {f: getattr(target_params, f) for f in target_params.__dataclass_fields__}
+        return SamplingParams(**{**d, "temperature": 1.0}), draft_params
+
+
+class SeedIgnored(BuiltinEngine):
+    """Fresh randomness every call: the same seeds do not give the same output."""
+
+    name = "zoo-e2e:seed_ignored"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._calls = itertools.count(1)
+
+    def generator(self, seeds):
+        return torch.Generator().manual_seed(0x5EED0000 + next(self._calls))
+
+
+class BonusFromWrongPosition(BuiltinEngine):
+    """The bonus token drawn from the last draft's position (the zoo's verify-level fault
+    :func:`~specexact.audit.zoo.bonus_from_last_draft_position`, inside the engine's loop)."""
+
+    name = "zoo-e2e:bonus_from_wrong_position"
+
+    @property
+    def verifier(self):
+        from .zoo import bonus_from_last_draft_position
+
+        return bonus_from_last_draft_position
+
+
+E2E_WRONG = {
+    "logits_one_position_off": LogitsOnePositionOff,
+    "temperature_on_drafts_only": TemperatureOnDraftsOnly,
+    "seed_ignored": SeedIgnored,
+    "bonus_from_wrong_position": BonusFromWrongPosition,
+}
+"""The planted end-to-end faults by name."""
