@@ -67,6 +67,14 @@ logits, ``torch.argmax`` takes the lowest id among ties; the truncations keep th
 _METHODS = ("draft_model", "prompt_lookup")
 
 
+def _dtype_keyword() -> str:
+    """``from_pretrained``'s dtype keyword: ``dtype`` from transformers 4.56, ``torch_dtype`` before."""
+    import transformers
+    from packaging.version import Version
+
+    return "dtype" if Version(transformers.__version__).release >= (4, 56) else "torch_dtype"
+
+
 class _RoundRecorder:
     """A ``transformers`` streamer that keeps every ``put`` (the prompt, then one chunk per
     round of assisted generation, one token per step of plain generation)."""
@@ -187,7 +195,7 @@ class TransformersEngine:
 
     @staticmethod
     def _load_model(auto, folder):
-        model = auto.from_pretrained(Path(folder), dtype=torch.float32)
+        model = auto.from_pretrained(Path(folder), **{_dtype_keyword(): torch.float32})
         model.eval()
         # The request decides EOS: the folder's config names one (tiny models: 1).
         model.generation_config.eos_token_id = None
