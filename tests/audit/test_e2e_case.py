@@ -1,0 +1,94 @@
+"""End-to-end cases (audit/e2e_case.py): an engine's own generate loop, checked against the
+exact laws of the tiny models it loads."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from specexact.audit import run_audit
+from specexact.audit.e2e_case import E2ECase, acceptance_law, e2e_cases
+from specexact.audit.runner import checks_per_case, restrict_to_sampler
+from specexact.decoders import verify
+from specexact.decoders.engines import EngineCapabilities
+from specexact.decoders.engines.builtin import BuiltinEngine
+from specexact.decoders.processing import BUILTIN_PROCESSING
+
+CASE = e2e_cases(BuiltinEngine(), "draft_model", requests_per_class=128)[0]
+CHECKS = checks_per_case(CASE)
+
+
+def audit(engine, alpha, cases=(CASE,), batches=2):
+    checks = sum(checks_per_case(c) for c in cases)
+    return run_audit(engine, cases=list(cases), num_batches=batches, budget_s=None, false_fail_rate=alpha * checks,
+                     sampler_name=f"engine:{engine.name}", fuzz=False)
+
+
+def test_the_cases_cover_the_request_shapes_and_say_which_check_acceptance():
+    names = [rc.describe() for rc in CASE.row_classes]
+    assert len(names) == 8 and any("min_tokens=2" in n for n in names) and any("eos on" in n for n in names)
+    # acceptance has an exact law where no EOS cuts the first round
+    assert CASE.check_acceptance == tuple(not rc.eos for rc in CASE.row_classes)
+    assert CHECKS == 3 * 8 + 1 + 6
+    with pytest.raises(ValueError, match="method 'ngram' is not one engine 'builtin' runs"):
+        e2e_cases(BuiltinEngine(), "ngram")
+
+
+@pytest.mark.statistical(checks=CHECKS)
+def test_the_builtin_engine_passes_with_every_check_reported(alpha):
+    report = audit(BuiltinEngine(), alpha)
+    assert report["verdict"] == "pass", report["findings"]
+    (case,) = report["cases"]
+    assert case["num_sequences"] == 2 * CASE.batch_size and case["config"]["kind"] == "e2e"
+    types = {c["name"].split("[")[0] for c in case["checks"]}
+    assert types == {"reproducible", "sequence_law", "plain_sequence_law", "sequences_vs_plain", "accepted_length"}
+    assert len(case["checks"]) == CHECKS
+    # each check states what it can detect (None in JSON: no TV up to 1 guaranteed at this size)
+    assert all("detectable_tv" in c and "false_fail_rate" in c for c in case["checks"])
+
+
+def test_only_engines_run_end_to_end_cases_and_engines_run_nothing_else():
+    from specexact.audit import default_cases
+
+    assert restrict_to_sampler(CASE, verify)[0] is None
+    assert "end-to-end case" in restrict_to_sampler(CASE, verify)[1]
+    runnable, reason = restrict_to_sampler(default_cases()[0], BuiltinEngine())
+    assert runnable is None and "audit --engine" in reason
+
+
+def test_classes_an_engine_does_not_implement_are_dropped_with_the_reason():
+    class NoPenalties(BuiltinEngine):
+        def capabilities(self):
+            caps = super().capabilities()
+            return replace(caps, min_tokens=False,
+                           processing=replace(BUILTIN_PROCESSING, order=tuple(
+                               o for o in BUILTIN_PROCESSING.order if o not in ("presence_penalty", "frequency_penalty"))))
+
+    restricted, reason = restrict_to_sampler(CASE, NoPenalties())
+    assert len(restricted.row_classes) == len(CASE.row_classes) - 2
+    assert "presence_penalty" in reason and "min_tokens" in reason
+    assert restricted.class_ids == tuple(c for c in range(8) if c not in (5, 7))
+
+
+def test_acceptance_after_a_target_sampled_token_is_the_mixture_over_that_token():
+    from specexact.audit.e2e_case import _target
+    from specexact.decoders.tiny_models import exact_sequence_law, expected_acceptance
+
+    caps = replace(BuiltinEngine().capabilities(), first_round_after_token=True)
+    law = acceptance_law(CASE, 0, caps)
+    assert law.shape == (3,) and law.sum() == pytest.approx(1.0) and (law >= 0).all()
+    rc = CASE.row_classes[0]
+    target, draft = _target(CASE)
+    first = exact_sequence_law(target, rc.prompt, rc.params, max_tokens=1)
+    ge1 = sum(w * expected_acceptance(target, draft, (*rc.prompt, int(t)), rc.params, num_speculative_tokens=2)[0]
+              for (t,), w in zip(first.sequences.tolist(), first.probs.tolist()))
+    assert 1 - law[0] == pytest.approx(ge1, rel=1e-9)
+    assert not np.allclose(law, acceptance_law(CASE, 0, BuiltinEngine().capabilities()))
+
+
+def test_case_layout_errors_name_the_field():
+    with pytest.raises(ValueError, match="method must be one of"):
+        replace(CASE, method="eagle")
+    with pytest.raises(ValueError, match="check_acceptance has 1 entries for 8 classes"):
+        replace(CASE, check_acceptance=(True,))
+    assert isinstance(CASE, E2ECase) and CASE.batch_size == 8 * 128

@@ -1,0 +1,80 @@
+"""The built-in engine: specexact's decoder behind the end-to-end protocol."""
+
+import pytest
+import torch
+
+from specexact.decoders.engines import GenerationRequest, check_generation_results
+from specexact.decoders.engines.builtin import BuiltinEngine, MinTokensModel
+from specexact.decoders.engines.registry import EngineError, resolve_engine
+from specexact.decoders.params import SamplingParams
+from specexact.decoders.tiny_models import catalog_pair
+
+
+@pytest.fixture(scope="module")
+def engine():
+    e = BuiltinEngine()
+    target_dir, draft_dir = catalog_pair("llama-v64")
+    e.load(target_dir, draft_dir, method="draft_model", num_speculative_tokens=2)
+    yield e
+    e.close()
+
+
+def _requests(n=64, **kw):
+    return [GenerationRequest(prompt_token_ids=(5, 9, 11, 3), params=SamplingParams(temperature=2.0, top_k=8),
+                              max_tokens=4, seed=i, **kw) for i in range(n)]
+
+
+def test_outputs_follow_the_protocol_and_report_first_round_acceptance(engine):
+    reqs = _requests(eos_token_id=1, min_tokens=2)
+    for speculative in (True, False):
+        res = engine.generate(reqs, speculative=speculative)
+        assert check_generation_results(reqs, res, 64) is None
+        assert all((r.first_round_accepted is not None) == speculative for r in res)
+    assert all(0 <= r.first_round_accepted <= 2 for r in engine.generate(reqs, speculative=True))
+
+
+def test_same_requests_same_seeds_same_outputs(engine):
+    reqs = _requests()
+    for speculative in (True, False):
+        a, b = engine.generate(reqs, speculative=speculative), engine.generate(reqs, speculative=speculative)
+        assert a == b
+    other = [GenerationRequest(prompt_token_ids=r.prompt_token_ids, params=r.params, max_tokens=4, seed=r.seed + 1000)
+             for r in reqs]
+    assert engine.generate(other, speculative=True) != engine.generate(reqs, speculative=True)
+
+
+def test_min_tokens_masks_eos_until_enough_tokens():
+    class Flat:
+        vocab_size, device = 4, torch.device("cpu")
+
+        def __call__(self, ids, positions):
+            return torch.zeros(ids.shape[0], positions.shape[1], 4, dtype=torch.float64)
+
+    m = MinTokensModel(Flat(), prompt_len=3, min_tokens=2, eos_token_id=1)
+    logits = m(torch.zeros(1, 6, dtype=torch.int64), torch.tensor([[2, 3, 4, 5]]))
+    assert torch.isinf(logits[0, :2, 1]).all() and (logits[0, 2:, 1] == 0).all()
+    assert (logits[0, :, [0, 2, 3]] == 0).all()
+
+
+def test_load_refuses_what_it_cannot_run():
+    e = BuiltinEngine()
+    target_dir, draft_dir = catalog_pair("llama-v64")
+    with pytest.raises(ValueError, match="method must be one of"):
+        e.load(target_dir, draft_dir, method="ngram", num_speculative_tokens=2)
+    with pytest.raises(ValueError, match="draft_dir is required"):
+        e.load(target_dir, None, method="draft_model", num_speculative_tokens=2)
+    with pytest.raises(RuntimeError, match="before load"):
+        e.generate(_requests(2), speculative=True)
+
+
+def test_engines_resolve_by_name_or_path_and_bad_names_say_why():
+    engine, target = resolve_engine("builtin")
+    assert isinstance(engine, BuiltinEngine) and target.endswith("builtin:BuiltinEngine")
+    engine, _ = resolve_engine("specexact.audit.zoo_e2e:SeedIgnored")
+    assert engine.name == "zoo-e2e:seed_ignored"
+    with pytest.raises(EngineError, match="unknown engine 'nope'.*builtin"):
+        resolve_engine("nope")
+    with pytest.raises(EngineError, match="not an end-to-end engine"):
+        resolve_engine("specexact.decoders:verify")
+    with pytest.raises(EngineError, match="cannot be imported here"):
+        resolve_engine("no_such_module_xyz:Engine")
