@@ -9,7 +9,9 @@ adapter; :func:`audit_verifier` / :func:`audit_logits_verifier` return the
 automatically) adds the ``specexact_check`` fixture, the ``specexact`` marker, the
 session-wide ``--specexact-false-fail-rate`` and the Hypothesis profiles ``ci`` and
 ``nightly`` (:mod:`specexact.testing.profiles`). ``examples/test_engine_exactness.py`` is
-a test file to copy.
+a test file to copy. :func:`assert_engine_exact` / :func:`audit_engine` and the
+``specexact_engine_check`` fixture audit an engine's own generate loop end to end
+(:mod:`specexact.testing.engine`).
 """
 
 from .assertions import (
@@ -22,10 +24,14 @@ from .assertions import (
     case_names,
     sampler_name_of,
 )
+from .engine import DEFAULT_ENGINE_BATCHES, assert_engine_exact, audit_engine
 from .profiles import register_profiles
 
 __all__ = [
     "AuditResult",
+    "DEFAULT_ENGINE_BATCHES",
+    "assert_engine_exact",
+    "audit_engine",
     "DEFAULT_BATCHES",
     "assert_logits_verifier_exact",
     "assert_verifier_exact",

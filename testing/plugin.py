@@ -52,7 +52,7 @@ register_profiles()
 DEFAULT_SESSION_FALSE_FAIL_RATE = 1e-6
 MARKER = "specexact"
 #: Fixtures whose use makes a test hold a share of the budget (marked or not).
-FIXTURES = ("specexact_check", "specexact_false_fail_rate")
+FIXTURES = ("specexact_check", "specexact_engine_check", "specexact_false_fail_rate")
 _MARKER_KWARGS = ("cases", "batches", "budget_s", "seed", "device", "threads", "fuzz", "fuzz_examples",
                   "strict_inputs", "audits")
 _PROPERTY = "specexact_false_fail_rate"
@@ -254,3 +254,6 @@ def specexact_check(request, specexact_false_fail_rate):
     """Audit a verifier at this test's share of the session budget; raise
     :class:`AssertionError` with the findings (module docstring)."""
     return _Checker(request.node, specexact_false_fail_rate)
+
+
+from .engine import specexact_engine_check  # noqa: E402,F401 - the end-to-end fixture, registered with the plugin

@@ -1,0 +1,114 @@
+"""End-to-end exactness assertions for an engine's own generate loop, and their pytest fixture.
+
+``from specexact.testing import assert_engine_exact`` — run the end-to-end audit
+(:mod:`specexact.audit.e2e_case`) of an :class:`~specexact.decoders.engines.EndToEndEngine`
+on specexact's tiny models and raise :class:`AssertionError` listing every finding;
+:func:`audit_engine` returns the :class:`~specexact.testing.AuditResult` instead. The fixture
+``specexact_engine_check(engine, **overrides)`` does the same at the test's share of the
+session's false-fail budget (the plugin's ``specexact_false_fail_rate``), so an engine team
+runs it in its own CI::
+
+    def test_my_engine_is_exact(specexact_engine_check):
+        specexact_engine_check(MyEngine(), method="draft_model")
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .assertions import AuditResult
+
+__all__ = ["audit_engine", "assert_engine_exact", "specexact_engine_check", "DEFAULT_ENGINE_BATCHES"]
+
+DEFAULT_ENGINE_BATCHES = 2
+"""Generate calls per case (each a speculative and a plain call) when neither ``batches`` nor
+``budget_s`` is given."""
+
+
+def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", requests_per_class: int = 128,
+                 num_speculative_tokens: int = 2, batches: int | None = None, budget_s: float | None = None,
+                 false_fail_rate: float = 1e-6, seed: int = 0, threads: int | None = 1,
+                 sampler_name: str | None = None) -> AuditResult:
+    """Audit an engine's own speculative generation end to end; return the result.
+
+    Parameters
+    ----------
+    engine : EndToEndEngine
+        The engine (not loaded: the audit loads it once per configuration and closes it).
+    method : str, optional
+        A drafting method it declares (default: every one).
+    pair : str
+        The tiny target / draft pair (:data:`~specexact.decoders.tiny_models.CATALOG`).
+    requests_per_class : int
+        Requests of each row class per generate call.
+    num_speculative_tokens : int
+        γ.
+    batches : int, optional
+        Generate calls per case (even); default :data:`DEFAULT_ENGINE_BATCHES` unless
+        ``budget_s`` is given.
+    budget_s : float, optional
+        A time budget instead (sample sizes then depend on the machine's speed).
+    false_fail_rate : float
+        Chance that a correct engine fails, split over every check.
+    seed : int
+    threads : int or None
+        Torch threads (default 1: the engine's own threads are its business).
+    sampler_name : str, optional
+        The engine's name in the report (default ``engine-<engine.name>``).
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    TypeError
+        ``engine`` is not an end-to-end engine.
+    ValueError
+        Both ``batches`` and ``budget_s``, or a method the engine does not declare.
+    """
+    from specexact.audit import AuditSettings, run_audit
+    from specexact.audit.e2e_case import e2e_cases
+    from specexact.decoders.engines import is_engine
+
+    if not is_engine(engine):
+        raise TypeError(f"engine must implement specexact.decoders.engines.EndToEndEngine, got {type(engine).__name__}")
+    if batches is not None and budget_s is not None:
+        raise ValueError(f"give batches or budget_s, not both (got batches={batches!r}, budget_s={budget_s!r})")
+    if batches is None and budget_s is None:
+        batches = DEFAULT_ENGINE_BATCHES
+    cases = e2e_cases(engine, method, pair=pair, num_speculative_tokens=num_speculative_tokens,
+                      requests_per_class=requests_per_class, seed=seed)
+    name = sampler_name or f"engine-{engine.name}"
+    settings = AuditSettings(sampler_name=name, sampler_target=name, cases=tuple(cases), false_fail_rate=false_fail_rate,
+                             budget_s=budget_s if batches is None else None, num_batches=batches, seed=seed,
+                             threads=threads, fuzz=False)
+    try:
+        return AuditResult(run_audit(engine, settings))
+    finally:
+        engine.close()
+
+
+def assert_engine_exact(engine, **kwargs) -> AuditResult:
+    """:func:`audit_engine`, raising :class:`AssertionError` with every finding (by tier, with
+    the diagnosis) when the engine fails; the same keywords."""
+    __tracebackhide__ = True
+    result = audit_engine(engine, **kwargs)
+    if not result.passed:
+        raise AssertionError(result.message)
+    return result
+
+
+@pytest.fixture
+def specexact_engine_check(specexact_false_fail_rate):
+    """``specexact_engine_check(engine, **kwargs)``: :func:`assert_engine_exact` at this
+    test's share of the session's false-fail budget (``false_fail_rate`` cannot be given)."""
+
+    def check(engine, **kwargs):
+        __tracebackhide__ = True
+        if "false_fail_rate" in kwargs:
+            raise TypeError("specexact_engine_check takes its false-fail rate from the session budget; set "
+                            "--specexact-false-fail-rate, or call specexact.testing.assert_engine_exact")
+        return assert_engine_exact(engine, false_fail_rate=specexact_false_fail_rate, **kwargs)
+
+    return check

@@ -1,0 +1,54 @@
+"""End-to-end assertions and the specexact_engine_check fixture."""
+
+import pytest
+
+from specexact.audit.e2e_case import e2e_cases
+from specexact.audit.runner import checks_per_case
+from specexact.audit.zoo_e2e import SeedIgnored
+from specexact.decoders import verify
+from specexact.decoders.engines.builtin import BuiltinEngine
+from specexact.testing import assert_engine_exact, audit_engine
+
+pytest_plugins = ["pytester"]
+
+CHECKS = checks_per_case(e2e_cases(BuiltinEngine(), "draft_model")[0])
+
+
+@pytest.mark.statistical(checks=CHECKS)
+def test_a_correct_engine_passes_with_its_numbers(alpha):
+    result = assert_engine_exact(BuiltinEngine(), method="draft_model", requests_per_class=64,
+                                 false_fail_rate=alpha * CHECKS)
+    assert result.passed and result.tiers["defect"] == 0
+    assert result.report["cases"][0]["num_sequences"] == 2 * 8 * 64
+
+
+@pytest.mark.statistical(checks=0)  # a planted fault risks only a false pass
+def test_an_engine_ignoring_seeds_raises_with_the_defect(alpha):
+    with pytest.raises(AssertionError, match="reproducible"):
+        assert_engine_exact(SeedIgnored(), method="draft_model", requests_per_class=32, false_fail_rate=alpha)
+
+
+def test_what_is_not_an_engine_is_refused():
+    with pytest.raises(TypeError, match="EndToEndEngine"):
+        audit_engine(verify)
+    with pytest.raises(ValueError, match="not both"):
+        audit_engine(BuiltinEngine(), batches=2, budget_s=5.0)
+
+
+def test_the_fixture_follows_the_session_budget_and_fails_a_planted_fault(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        from specexact.audit.zoo_e2e import SeedIgnored
+
+        def test_seeds(specexact_engine_check):
+            specexact_engine_check(SeedIgnored(), method="draft_model", requests_per_class=16)
+
+        def test_rate(specexact_engine_check):
+            with pytest.raises(TypeError, match="session budget"):
+                specexact_engine_check(SeedIgnored(), false_fail_rate=0.1)
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*reproducible*"])
