@@ -122,6 +122,9 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         parts += ["--threads", str(int(threads))]
     if "fuzz" in (case.get("config", {}).get("tags") or []):
         return _generated_reproduction(case, settings, sampler, nb, alpha, parts, threads)
+    # One case alone: without the fuzz phase (its generated cases would add checks, hence
+    # another per-check rate than the finding's).
+    parts.insert(parts.index("--false-fail-rate") + 2, "--no-fuzz")
     return {
         "command": " ".join(parts),
         "python": (

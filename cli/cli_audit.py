@@ -59,6 +59,9 @@ def _validate(args) -> None:
         raise CliError(f"--batches must be >= 1, got {args.batches}")
     if not 0 < args.false_fail_rate < 1:
         raise CliError(f"--false-fail-rate must be in (0, 1), got {args.false_fail_rate}")
+    if getattr(args, "call_timeout", None) is not None and not (args.call_timeout >= 0
+                                                                 and math.isfinite(args.call_timeout)):
+        raise CliError(f"--call-timeout must be >= 0 seconds (0: no limit), got {args.call_timeout}")
     if args.case_timeout is not None:
         if not args.case_timeout > 0:
             raise CliError(f"--case-timeout must be > 0, got {args.case_timeout}")
@@ -310,6 +313,7 @@ def audit_command(args) -> int:
     journal_dir = None if args.no_journal else prepare_dir(Path(args.report_dir) / JOURNAL_SUBDIR, "the journal folder")
 
     from specexact.audit import AuditSettings, SamplerError, resolve_sampler, run_audit
+    from specexact.audit.call_timeout import with_call_timeout
     from specexact.audit.journal import JournalBusy, held_journal
     from specexact.audit.runner import restrict_to_sampler
 
@@ -343,7 +347,7 @@ def audit_command(args) -> int:
     display = _Display(console, quiet=args.quiet, budget_mode=args.batches is None, budget_s=budget)
     try:
         with _sigterm_as_interrupt(), display.progress:
-            report = run_audit(verifier, settings, on_status=display)
+            report = run_audit(with_call_timeout(verifier, getattr(args, "call_timeout", None) or None), settings, on_status=display)
     except KeyboardInterrupt:
         if display.journal and held_journal(display.journal) is not None:
             held_journal(display.journal).close()

@@ -14,6 +14,7 @@ a test file to copy.
 
 from .assertions import (
     DEFAULT_BATCHES,
+    DEFAULT_CALL_TIMEOUT_S,
     AuditResult,
     assert_logits_verifier_exact,
     assert_verifier_exact,
@@ -27,6 +28,7 @@ from .profiles import register_profiles
 __all__ = [
     "AuditResult",
     "DEFAULT_BATCHES",
+    "DEFAULT_CALL_TIMEOUT_S",
     "assert_logits_verifier_exact",
     "assert_verifier_exact",
     "audit_logits_verifier",
