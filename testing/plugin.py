@@ -18,7 +18,7 @@ What it gives a test suite:
 - the fuzz phase (exact rules on generated inputs: generator used and reproducible, inputs
   unmodified, invalid input refused) runs in every audit, as in ``specexact audit``: a
   verifier drawing from torch's global RNG fails. ``fuzz=False`` (marker or call) or the
-  ini option ``specexact_fuzz = false`` leaves it out; it adds about 3 s per audit on a
+  ini option ``specexact_fuzz = false`` leaves it out; it adds 3–4 s per audit on a
   2-core machine (docs/ci/pytest-plugin.md);
 - a per-call time limit: one call of the verifier past ``call_timeout_s`` seconds (marker
   or call; ``--specexact-call-timeout SECONDS`` or the ini option
