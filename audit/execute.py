@@ -111,8 +111,15 @@ class AuditRun:
         all_rc = [cost_of[c.name] * self.speed() for c in remaining]
         # The cheapest case runs anyway only if no case of this audit has run yet.
         time_left = budget - self.elapsed()
-        keep = cases_within_budget(all_rc, time_left, overhead,
-                                   keep_one=not self.finished and not self.cases_run)
+        if settings.case_set == "quick":
+            # --quick is a smoke test of every quick case: none is left out for the budget (a
+            # guess of the per-case overhead, _OVERHEAD_PRIOR_S, left out 3-6 of 8 on a loaded
+            # machine and the audit said pass); short of time, each runs its minimum and the
+            # plan says the budget is overrun.
+            keep = [True] * len(remaining)
+        else:
+            keep = cases_within_budget(all_rc, time_left, overhead,
+                                       keep_one=not self.finished and not self.cases_run)
         skipped = [{"case": c.name, "seconds_per_call": cost,
                     "reason": (f"budget: its minimum of {MIN_BATCHES} decoder calls (≈{MIN_BATCHES * cost:.0f} s at the "
                                f"measured speed) did not fit the {max(time_left, 0):.0f} s left with the "
