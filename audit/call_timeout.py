@@ -26,6 +26,8 @@ import threading
 
 import torch
 
+from specexact.fuzz.subject import CallTimeout
+
 __all__ = ["SamplerCallTimeout", "with_call_timeout", "DEFAULT_CALL_TIMEOUT_S"]
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
@@ -33,8 +35,11 @@ DEFAULT_CALL_TIMEOUT_S = 120.0
 set: a call of the audit's small cases takes well under a second."""
 
 
-class SamplerCallTimeout(TimeoutError):
-    """A call of the sampler ran past the per-call time limit (:func:`with_call_timeout`)."""
+class SamplerCallTimeout(CallTimeout, TimeoutError):
+    """A call of the sampler ran past the per-call time limit (:func:`with_call_timeout`).
+
+    Also a :class:`specexact.fuzz.subject.CallTimeout`, so the fuzz phase records it as
+    what it is, a hang (rule ``no_hang``), not as a crash."""
 
 
 class _Limit:
@@ -75,6 +80,7 @@ class _Timed:
     def __init__(self, sampler, limit: _Limit):
         object.__setattr__(self, "_sampler", sampler)
         object.__setattr__(self, "_limit", limit)
+        object.__setattr__(self, "__wrapped__", sampler)  # the sampler itself (its module's FINDINGS, ...)
 
     def __getattr__(self, name):
         value = getattr(self._sampler, name)

@@ -68,6 +68,18 @@ def run_fuzz_stage(run: AuditRun, on_status: Callable[[dict], None] | None = Non
     status({"event": "fuzz_start", "planned_time_s": planned, "profile": fuzz_settings.profile,
             "examples_per_family": fuzz_settings.examples_per_family, "elapsed_s": run.elapsed()})
     t0 = time.perf_counter()
+    if run.fuzz_record is not None:
+        # A resumed audit: the earlier run finished the fuzz phase and journaled it; its
+        # result stands (same key: same sampler, seed and settings) and its time was
+        # counted in the elapsed time (open_audit), so the budget holds across the runs.
+        from specexact.fuzz.isolated import DictResult
+
+        result = DictResult(dict(run.fuzz_record))
+        result.generated_cases = list(run.fuzz_plan["generated_cases"])
+        run.fuzz_plan["time_s"] = 0.0
+        status({"event": "fuzz_end", "findings": len(result.findings), "time_s": 0.0, "error": result.error,
+                "result": result, "elapsed_s": run.elapsed(), "resumed": True})
+        return result
     if settings.isolate:
         timeout = settings.case_timeout_s or (4 * planned + 300 if planned is not None else 1800.0)
         result = _isolated(settings, fuzz_settings, timeout)
@@ -79,6 +91,13 @@ def run_fuzz_stage(run: AuditRun, on_status: Callable[[dict], None] | None = Non
                           on_status=status)
     result.generated_cases = list(run.fuzz_plan["generated_cases"])
     run.fuzz_plan["time_s"] = time.perf_counter() - t0
+    if run.journal is not None:
+        from specexact.reports.json_report import to_jsonable
+
+        try:
+            run.journal.append_fuzz(to_jsonable(result.to_dict()))
+        except ValueError:  # not JSON (a non-finite number left in it): a resume runs the phase again
+            pass
     status({"event": "fuzz_end", "findings": len(result.findings), "time_s": run.fuzz_plan["time_s"],
             "error": result.error, "result": result, "elapsed_s": run.elapsed()})
     return result

@@ -5,7 +5,9 @@ The journal is a JSON-lines file. Its first line is a header
 ``{"type": "case", "name": ..., "result": <CaseResult.to_dict()>, ...}``, appended with one
 ``write`` on an ``O_APPEND`` descriptor and ``fsync``-ed before the audit moves on. A case
 is therefore either wholly in the journal or not at all: a kill (even ``SIGKILL``, or a
-power cut after the ``fsync``) loses at most the case that was running. A torn last line
+power cut after the ``fsync``) loses at most the case that was running. The fuzz stage's
+finished result is one line ``{"type": "fuzz", "result": <FuzzResult.to_dict()>}``
+(:meth:`Journal.append_fuzz`), so a resume does not run the fuzz phase again. A torn last line
 (a kill in the middle of a write) is detected on reading and cut off before appending.
 
 The key is a hash of everything that decides the results (sampler, seed, cases, budget or
@@ -134,6 +136,7 @@ class JournalState:
 
     header: dict | None = None
     cases: dict[str, dict] = field(default_factory=dict)
+    fuzz: dict | None = None  # the fuzz stage's result (FuzzResult.to_dict()), once it finished
     torn_bytes: int = 0
 
 
@@ -171,6 +174,8 @@ def _read(path: Path) -> tuple[JournalState, int]:
             state.header = rec
         elif rec.get("type") == "case" and state.header is not None and isinstance(rec.get("name"), str):
             state.cases[rec["name"]] = rec
+        elif rec.get("type") == "fuzz" and state.header is not None and isinstance(rec.get("result"), dict):
+            state.fuzz = rec["result"]
         else:
             break
         pos = end + 1
@@ -280,8 +285,15 @@ class Journal:
 
     def append_case(self, name: str, result: dict, **extra) -> None:
         """Append one finished case durably (one ``write``, then ``fsync``)."""
-        line = json.dumps({"type": "case", "name": name, "result": result, **extra},
-                          allow_nan=False, sort_keys=True) + "\n"
+        self._append({"type": "case", "name": name, "result": result, **extra})
+
+    def append_fuzz(self, result: dict) -> None:
+        """Append the fuzz stage's finished result (``FuzzResult.to_dict()``) durably: a
+        resumed audit takes it from here instead of running the fuzz phase again."""
+        self._append({"type": "fuzz", "result": result})
+
+    def _append(self, record: dict) -> None:
+        line = json.dumps(record, allow_nan=False, sort_keys=True) + "\n"
         data = line.encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:

@@ -122,6 +122,9 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         parts += ["--threads", str(int(threads))]
     if "fuzz" in (case.get("config", {}).get("tags") or []):
         return _generated_reproduction(case, settings, sampler, nb, alpha, parts, threads)
+    # One case alone: without the fuzz phase (its generated cases would add checks, hence
+    # another per-check rate than the finding's).
+    parts.insert(parts.index("--false-fail-rate") + 2, "--no-fuzz")
     return {
         "command": " ".join(parts),
         "python": (
@@ -321,7 +324,6 @@ def build_report(
     ``verdict`` is ``"fail"`` when one of a failing tier is found (``hardening`` only with
     ``settings["strict_inputs"]``).
     """
-    alpha = settings["per_check_false_fail_rate"]
     flat = []
     for case in case_dicts:
         for chk in case["checks"]:
@@ -336,15 +338,19 @@ def build_report(
             if chk["passed"]:
                 continue
             kind = _finding_kind(case, chk)
+            # The level this check was decided at: its own false-fail rate (a chi-square check
+            # runs at a third of the per-check share, audit/levels.py), not the audit's share:
+            # the terminal, the report and the diagnosis then state the same threshold.
+            level = float(chk.get("false_fail_rate") or settings["per_check_false_fail_rate"])
             message = (chk.get("details") or {}).get("message") or (
-                f"{chk['name']}: p={float(chk['pvalue']):.3g} <= {alpha:.3g}"
+                f"{chk['name']}: p={float(chk['pvalue']):.3g} <= {level:.3g}"
                 + (f" — {chk['description']}" if chk.get("description") else ""))
             if kind == "under_accepting" and chk["name"].startswith("first_acceptance"):
                 observed, expected = _acceptance_below(chk)
                 message = (f"{chk['name']}: under-accepting: every law check of the case passes, but the first "
                            f"draft is accepted with frequency {observed:.4g}, below its scheme's law's P(N >= 1) = "
                            f"{expected:.4g}"
-                           f"; p={float(chk['pvalue']):.3g} <= {alpha:.3g}")
+                           f"; p={float(chk['pvalue']):.3g} <= {level:.3g}")
             elif kind == "under_accepting":
                 d = chk["details"]
                 optimum = d.get("tokenwise_optimum_mean_accepted_length")
@@ -352,7 +358,7 @@ def build_report(
                            f"accepted length {d['mean_accepted_length']:.4g} is below its "
                            f"{d.get('scheme', 'tokenwise')} law's {d['expected_mean_accepted_length']:.4g}"
                            + (f" (token-wise optimum {optimum:.4g})" if isinstance(optimum, (int, float)) else "")
-                           + f"; p={float(chk['pvalue']):.3g} <= {alpha:.3g}")
+                           + f"; p={float(chk['pvalue']):.3g} <= {level:.3g}")
             findings.append({
                 "source": "check",
                 "case": case["name"],

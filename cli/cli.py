@@ -27,7 +27,7 @@ import traceback
 
 from specexact.fuzz.cli import add_audit_fuzz_options, add_fuzz_parser  # the fuzz hook (light: no torch)
 
-from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
+from .cli_common import (DEFAULT_BUDGET_S, DEFAULT_CLI_CALL_TIMEOUT_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
                          CliError, os_error_line)
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "DEFAULT_BUDGET_S",
@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
                    help="with --isolate (implies it): kill a case after this long (default: 4x its planned time "
                         "+ 300 s with --budget, 1800 s with --batches)")
+    a.add_argument("--call-timeout", type=float, default=DEFAULT_CLI_CALL_TIMEOUT_S, metavar="SECONDS",
+                   help="in the audit's own process (the pilot, the fuzz phase, cases without --isolate): one call "
+                        "of the sampler past this long is a hang, a defect of kind timeout, and the sampler is not "
+                        f"called again (default: {DEFAULT_CLI_CALL_TIMEOUT_S:g}; 0: no limit)")
     a.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the cases, at the whole audit's per-check false-fail "
                         "rate; combine the shards' JSON reports with 'specexact merge'")

@@ -59,6 +59,9 @@ def _validate(args) -> None:
         raise CliError(f"--batches must be >= 1, got {args.batches}")
     if not 0 < args.false_fail_rate < 1:
         raise CliError(f"--false-fail-rate must be in (0, 1), got {args.false_fail_rate}")
+    if getattr(args, "call_timeout", None) is not None and not (args.call_timeout >= 0
+                                                                 and math.isfinite(args.call_timeout)):
+        raise CliError(f"--call-timeout must be >= 0 seconds (0: no limit), got {args.call_timeout}")
     if args.case_timeout is not None:
         if not args.case_timeout > 0:
             raise CliError(f"--case-timeout must be > 0, got {args.case_timeout}")
@@ -332,6 +335,7 @@ def audit_command(args) -> int:
     journal_dir = None if args.no_journal else prepare_dir(Path(args.report_dir) / JOURNAL_SUBDIR, "the journal folder")
 
     from specexact.audit import AuditSettings, SamplerError, resolve_sampler, run_audit
+    from specexact.audit.call_timeout import with_call_timeout
     from specexact.audit.journal import JournalBusy, held_journal
     from specexact.audit.runner import restrict_to_sampler
 
@@ -374,7 +378,10 @@ def audit_command(args) -> int:
     try:
         with _sigterm_as_interrupt(), display.progress:
             try:
-                report = run_audit(verifier, settings, on_status=display)
+                # an engine is called in its own generate loop, not wrapped (the timeout wraps verify functions)
+                sampler = verifier if args.engine is not None else with_call_timeout(
+                    verifier, getattr(args, "call_timeout", None) or None)
+                report = run_audit(sampler, settings, on_status=display)
             finally:
                 if args.engine is not None:
                     verifier.close()

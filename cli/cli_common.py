@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "CliError", "os_error_line", "DEFAULT_BUDGET_S",
-           "QUICK_BUDGET_S", "JOURNAL_SUBDIR"]
+           "QUICK_BUDGET_S", "JOURNAL_SUBDIR", "DEFAULT_CLI_CALL_TIMEOUT_S"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
@@ -23,6 +23,10 @@ DEFAULT_BUDGET_S = 90.0
 #: ``--budget`` default with ``--quick`` (a smoke test: the whole command, imports and
 #: reports included, in about 20 s on a 2-core machine).
 QUICK_BUDGET_S = 8.0
+#: ``--call-timeout`` default, seconds: one call of the sampler in the audit's own process
+#: past this long is a hang (the largest default case's call takes seconds; an opt-in
+#: V = 32000 case on a busy machine, a minute).
+DEFAULT_CLI_CALL_TIMEOUT_S = 300.0
 #: Journal sub-folder of the report folder (finished cases of running or killed audits).
 JOURNAL_SUBDIR = ".journal"
 

@@ -1,8 +1,11 @@
 """Exactness of an engine's speculative-decoding sampler, checked in its own test suite.
 
 Copy this file into your tests, replace the two lines marked ``# <- your engine``, and run
-``pytest -n auto`` as usual (specexact's pytest plugin is active once specexact is
-installed: ``pip install specexact``).
+``pytest -n auto`` as usual. specexact's pytest plugin is active once specexact is
+installed. It is on no package index: install it from its git repository pinned to a commit
+(``pip install "specexact @ git+URL@REV"``) or from a path (``pip install
+./third_party/specexact``), after your torch; docs/ci/pytest-plugin.md, "Installing
+specexact in an engine's CI".
 
 - Every audit here runs the sampler inside specexact's speculative decoder on small seeded
   models whose output laws are computed exactly, and fails with the findings: the check,

@@ -164,8 +164,10 @@ _TREE_CHECKS = {
 
 
 def _plain(text: str) -> str:
-    """``text`` for a comment line: no ``<``, ``>`` or ``&`` (as HTML entities' words)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` for one comment line, as written: no line break (a report shows the script
+    literally: the Markdown in a fence longer than any backtick run in it, the HTML
+    escaped; HTML entities here would show as ``&gt;`` in both)."""
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def replay_script(*, sampler: str, family: str, rule: str, message: str, example: str, call: Call,
@@ -190,8 +192,8 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
         ``acceptance_rule``: the decision the rule requires.
     """
     inputs, literal = _inputs_code(call)
-    # Comment lines carry the sampler's own text (exception messages): markup is neutralised,
-    # so a report that shows the script cannot be made to run HTML.
+    # Comment lines carry the sampler's own text (exception messages) as written: the reports
+    # escape the script as a whole (reports.fuzz_section).
     head = "\n".join(f"# {_plain(line)}" for line in (f"specexact fuzz finding: {sampler} / {family} / {rule}",
                                                        *message.splitlines()[:3], f"shrunk example: {example}"))
     imports = ["import torch", "from specexact.audit import resolve_sampler",

@@ -16,6 +16,7 @@ a test file to copy. :func:`assert_engine_exact` / :func:`audit_engine` and the
 
 from .assertions import (
     DEFAULT_BATCHES,
+    DEFAULT_CALL_TIMEOUT_S,
     AuditResult,
     assert_logits_verifier_exact,
     assert_verifier_exact,
@@ -33,6 +34,7 @@ __all__ = [
     "assert_engine_exact",
     "audit_engine",
     "DEFAULT_BATCHES",
+    "DEFAULT_CALL_TIMEOUT_S",
     "assert_logits_verifier_exact",
     "assert_verifier_exact",
     "audit_logits_verifier",

@@ -226,6 +226,7 @@ class AuditResult:
                 f"({self.per_check_false_fail_rate:.3g} per check)")
         lines = [head]
         bad = failing_tiers(bool(s.get("strict_inputs")))
+        shown: dict = {}  # tracebacks already in the message -> the finding that shows it
         for tier, group in findings_by_tier(self.findings):
             lines.append(f"{TIER_LABELS.get(tier, tier)} ({len(group)}): "
                          + ("fails the audit" if tier in bad else "listed, does not fail the audit"))
@@ -244,7 +245,7 @@ class AuditResult:
                     lines.append("  worst outcomes (observed / expected): "
                                  + "; ".join(f"{w[0]}: {_num(w[1])} / {_num(w[2])}" for w in worst[:3]))
                 if f.get("defect"):
-                    lines.append("  " + "\n  ".join(str(f["defect"]).rstrip().splitlines()))
+                    lines += _defect_lines(str(f["defect"]), f["message"], shown, f"{f['case']} / {f['check']}")
                 repro = f["reproduction"]
                 lines.append(f"  replay: {repro['command']}")
                 lines.append(f"  python: {_python_replay(self.report, f)}")
@@ -253,6 +254,23 @@ class AuditResult:
 
     def __str__(self) -> str:
         return self.message
+
+
+def _defect_lines(defect: str, message: str, shown: dict, label: str) -> list[str]:
+    """The lines of a defect's details below its finding: the sampler's traceback (what
+    :func:`specexact.audit.case_result.sampler_failure` recorded), without the first line
+    when it repeats the finding's message, and only once per message when several cases
+    hit the same one (``shown`` remembers them)."""
+    body = defect.rstrip().splitlines()
+    if body and body[0].strip() and body[0].strip() in message:
+        body = body[1:]
+    if not body:
+        return []
+    key = "\n".join(body)
+    if key in shown:
+        return [f"  (same traceback as {shown[key]} above)"]
+    shown[key] = label
+    return ["  " + line for line in body]
 
 
 def _diagnosis_lines(report: dict) -> list[str]:
@@ -292,9 +310,17 @@ def _python_replay(report: dict, finding: dict) -> str:
     importable = name and name.isidentifier()
     obj = name if importable else "<your verifier>"
     head = f"from specexact.testing import {fn}; " + (f"from {module} import {name}; " if importable else "")
-    return (head + f"print({fn}({obj}, cases=[{finding['case']!r}], batches={repro['num_batches']}, "
-            f"seed={report['settings']['seed']}, false_fail_rate={rate:.6g}"
-            + (f", threads={threads}" if threads else "") + ").message)")
+    tail = f"seed={report['settings']['seed']}" + (f", threads={threads}" if threads else "")
+    generated = {c["name"] for c in report["cases"] if "fuzz" in ((c.get("config") or {}).get("tags") or ())}
+    if finding["case"] in generated:
+        # A case the fuzz phase generated: no name selects it, so the whole audit again (same
+        # cases, seed, rate and calls: the same generated cases and per-check rate).
+        cases = [c["name"] for c in report["cases"] if c["name"] not in generated]
+        return (head + f"print({fn}({obj}, cases={cases!r}, batches={repro['num_batches']}, {tail}, "
+                f"false_fail_rate={report['settings']['false_fail_rate']:.6g}).message)")
+    # One case alone, without the fuzz phase (its generated cases would change the per-check rate).
+    return (head + f"print({fn}({obj}, cases=[{finding['case']!r}], batches={repro['num_batches']}, {tail}, "
+            f"false_fail_rate={rate:.6g}, fuzz=False).message)")
 
 
 def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, seed, device, threads,

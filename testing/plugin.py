@@ -4,17 +4,27 @@ specexact is installed.
 What it gives a test suite:
 
 - ``@pytest.mark.specexact(cases=..., batches=..., budget_s=..., seed=..., device=...,
-  threads=..., fuzz=..., fuzz_examples=..., strict_inputs=..., audits=1)``: defaults for the
-  audits of a test, and how many it runs;
+  threads=..., fuzz=..., fuzz_examples=..., strict_inputs=..., call_timeout_s=...,
+  audits=1)``: defaults for the audits of a test, and how many it runs;
 - the fixture ``specexact_check``: ``specexact_check(verifier, **overrides)`` audits a
   probability-level verifier or a logits-level adapter (chosen by its type) at the
   test's share of the session's false-fail budget and raises :class:`AssertionError` with
   the findings (:func:`specexact.testing.assert_verifier_exact`); it returns the
   :class:`~specexact.testing.AuditResult`. It fails on findings of the tiers inexact,
   defect on valid input and under-accepting; *hardening* findings (invalid input accepted,
-  or refused with the wrong exception; the fuzz phase finds them, ``fuzz=True``) are in
-  the result and fail the test only with ``strict_inputs=True`` (marker, call, or the ini
-  option ``specexact_strict_inputs = true``);
+  or refused with the wrong exception; the fuzz phase finds them) are in the result and
+  fail the test only with ``strict_inputs=True`` (marker, call, or the ini option
+  ``specexact_strict_inputs = true``);
+- the fuzz phase (exact rules on generated inputs: generator used and reproducible, inputs
+  unmodified, invalid input refused) runs in every audit, as in ``specexact audit``: a
+  verifier drawing from torch's global RNG fails. ``fuzz=False`` (marker or call) or the
+  ini option ``specexact_fuzz = false`` leaves it out; it adds 3–4 s per audit on a
+  2-core machine (docs/ci/pytest-plugin.md);
+- a per-call time limit: one call of the verifier past ``call_timeout_s`` seconds (marker
+  or call; ``--specexact-call-timeout SECONDS`` or the ini option
+  ``specexact_call_timeout``; default
+  :data:`~specexact.testing.DEFAULT_CALL_TIMEOUT_S`, 0 for none) fails the test
+  with a *defect on valid input* of kind ``timeout`` instead of hanging the session;
 - the fixture ``specexact_false_fail_rate``: that share, for tests that call
   :func:`specexact.testing.audit_verifier` themselves;
 - ``--specexact-false-fail-rate RATE`` (or the ini option ``specexact_false_fail_rate``;
@@ -41,6 +51,7 @@ import math
 
 import pytest
 
+from .assertions import DEFAULT_CALL_TIMEOUT_S  # light: no torch at plugin load
 from .profiles import register_profiles
 
 __all__ = ["SessionBudget", "DEFAULT_SESSION_FALSE_FAIL_RATE", "MARKER", "FIXTURES", "audits_of"]
@@ -54,10 +65,11 @@ MARKER = "specexact"
 #: Fixtures whose use makes a test hold a share of the budget (marked or not).
 FIXTURES = ("specexact_check", "specexact_engine_check", "specexact_false_fail_rate")
 _MARKER_KWARGS = ("cases", "batches", "budget_s", "seed", "device", "threads", "fuzz", "fuzz_examples",
-                  "strict_inputs", "audits")
+                  "strict_inputs", "call_timeout_s", "audits")
 _PROPERTY = "specexact_false_fail_rate"
 
 _BUDGET = pytest.StashKey["SessionBudget"]()
+_CALL_TIMEOUT = pytest.StashKey["float | None"]()
 
 
 def audits_of(item) -> int:
@@ -138,6 +150,30 @@ def _session_rate(config) -> float:
     return DEFAULT_SESSION_FALSE_FAIL_RATE if value is None else value
 
 
+def _call_timeout(config) -> float | None:
+    """The session's per-call limit (None: no limit) from the option or the ini value.
+
+    Raises
+    ------
+    pytest.UsageError
+        Not a number >= 0.
+    """
+    value = config.getoption("specexact_call_timeout")
+    where = "--specexact-call-timeout"
+    if value is None:
+        ini = config.getini("specexact_call_timeout")
+        if ini in (None, ""):
+            return DEFAULT_CALL_TIMEOUT_S
+        where = "ini option specexact_call_timeout"
+        try:
+            value = float(ini)
+        except ValueError:
+            raise pytest.UsageError(f"{where} must be a number of seconds, got {ini!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise pytest.UsageError(f"{where} must be >= 0 seconds (0: no limit), got {value!r}")
+    return float(value) or None
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("specexact", "specexact exactness audits")
     group.addoption("--specexact-false-fail-rate", dest="specexact_false_fail_rate", type=float, default=None,
@@ -145,6 +181,14 @@ def pytest_addoption(parser):
                     help="chance that a correct sampler fails any specexact audit of this session, split equally "
                          f"over the collected audits (default: {DEFAULT_SESSION_FALSE_FAIL_RATE:g})")
     parser.addini("specexact_false_fail_rate", "default of --specexact-false-fail-rate", default=None)
+    group.addoption("--specexact-call-timeout", dest="specexact_call_timeout", type=float, default=None,
+                    metavar="SECONDS",
+                    help="one call of an audited verifier past this long is a hang: the test fails with a timeout "
+                         f"defect instead of hanging (default: {DEFAULT_CALL_TIMEOUT_S:g}; 0: no limit)")
+    parser.addini("specexact_call_timeout", "default of --specexact-call-timeout (seconds; 0: no limit)",
+                  default=None)
+    parser.addini("specexact_fuzz", "run the fuzz phase in every specexact_check audit (default: true; a "
+                  "marker's or call's fuzz decides over it)", type="bool", default=True)
     parser.addini("specexact_strict_inputs", "hardening findings (invalid input accepted, or refused with the wrong "
                   "exception) fail specexact_check too (default: false; a marker's or call's strict_inputs decides "
                   "over it)", type="bool", default=False)
@@ -154,11 +198,12 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(cases=..., batches=..., budget_s=..., seed=..., device=..., threads=..., fuzz=..., "
-        "fuzz_examples=..., strict_inputs=..., audits=1): the test "
+        "fuzz_examples=..., strict_inputs=..., call_timeout_s=..., audits=1): the test "
         "audits a sampler (specexact_check fixture) with these defaults; it runs `audits` audits, each at one "
         "share of the session's false-fail budget (--specexact-false-fail-rate)",
     )
     config.stash[_BUDGET] = SessionBudget(_session_rate(config))
+    config.stash[_CALL_TIMEOUT] = _call_timeout(config)
     config.pluginmanager.register(_Summary(config), "specexact-summary")
 
 
@@ -241,8 +286,10 @@ class _Checker:
         if self.calls > self.allowed:
             raise pytest.UsageError(f"{self.node.nodeid} runs more audits than it declared ({self.allowed}): "
                                     f"mark it @pytest.mark.{MARKER}(audits={self.calls})")
-        strict = bool(self.node.config.getini("specexact_strict_inputs"))
-        kwargs = {"threads": 1, "strict_inputs": strict, **self.defaults, **overrides, "false_fail_rate": self.rate}
+        config = self.node.config
+        kwargs = {"threads": 1, "strict_inputs": bool(config.getini("specexact_strict_inputs")),
+                  "fuzz": bool(config.getini("specexact_fuzz")), "call_timeout_s": config.stash[_CALL_TIMEOUT],
+                  **self.defaults, **overrides, "false_fail_rate": self.rate}
         check = assert_logits_verifier_exact if is_logits_level(verifier) else assert_verifier_exact
         result = check(verifier, **kwargs)
         self.results.append(result)

@@ -142,3 +142,16 @@ def test_the_example_file_exists_and_is_what_the_docs_say():
     page = DOCS["ci/pytest-plugin.md"]
     assert "`examples/test_engine_exactness.py`" in page and example.exists()
     assert example.read_text().count("  # <- your engine") == 2 and "replace the two lines marked" in " ".join(page.split())
+
+
+def test_install_instructions_name_a_source_pip_can_reach():
+    # specexact is on no package index: "pip install specexact" would find nothing (or
+    # another project); an engine's CI installs it from the git URL or a path.
+    example = (ROOT / "examples" / "test_engine_exactness.py").read_text()
+    for name, text in {"README/docs": TEXT, "example": example}.items():
+        flat = " ".join(text.split())
+        assert not re.search(r"pip install ['\"]?specexact(\[[\w,]+\])?['\"]?(?![\w ]*@)", flat), name
+        assert "specexact @ git+URL@REV" in flat, name
+    page = DOCS["ci/pytest-plugin.md"]
+    assert "## Installing specexact in an engine's CI" in page and "pip install ./third_party/specexact" in page
+    assert "Installing specexact in an engine's CI" in " ".join(example.split())

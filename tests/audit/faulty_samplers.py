@@ -60,3 +60,10 @@ def slow_once_on_v12(ids, draft_probs, target_probs, generator=None):
         while time.monotonic() < deadline and not (until and os.path.exists(until)):
             time.sleep(0.05)
     return verify(ids, draft_probs, target_probs, generator)
+
+
+def hangs_on_v8(ids, draft_probs, target_probs, generator=None):
+    """Never returns on V=8 (in process: only --call-timeout stops the audit waiting)."""
+    if draft_probs.shape[-1] == 8:
+        _hang()
+    return verify(ids, draft_probs, target_probs, generator)

@@ -436,3 +436,16 @@ def test_a_floor_short_of_its_requirement_is_named_in_the_report(one_thread, alp
     assert report["cases"][0]["num_batches"] >= got
     start = next(e for e in events if e["event"] == "case_start")
     assert start["floor_note"] in report["plan"]["note"]  # said as the case starts (the CLI prints it)
+
+
+@pytest.mark.statistical(checks=16)
+def test_a_quick_audit_leaves_no_case_out_for_the_budget(one_thread, alpha):
+    # The same budget that leaves v12-eos-cut out of a custom audit (the test above): a
+    # --quick audit (case_set "quick") runs every case, at its minimum, and says it overran.
+    cases = [c for c in quick_cases() if c.name in ("v12-eos-cut", "v8-plain")]
+    report = run_audit(_slow_on_v12, cases=cases, case_set="quick", budget_s=3.0, false_fail_rate=alpha * 16)
+    assert report["verdict"] == "pass", report["findings"]
+    assert sorted(c["name"] for c in report["cases"]) == ["v12-eos-cut", "v8-plain"]
+    assert not [s for s in report["settings"]["skipped_cases"] if s.get("kind") == "budget"]
+    assert report["plan"]["skipped"] == []
+    assert report["plan"]["feasible"] or "budget too small" in report["plan"]["note"]  # an overrun is said

@@ -103,6 +103,7 @@ def test_console_script_and_module_entry(tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["--case-timeout", "0"],
+    ["--call-timeout", "-1"],
     ["--threads", "0"],
     ["--history", "-1"],
     ["--shard", "2/1"],
@@ -211,3 +212,21 @@ def test_a_baseline_nested_too_deep_is_not_json(tmp_path, capsys):
     capsys.readouterr()
     assert run_cli(["--quiet", "--baseline", str(tmp_path / "deep.json")], tmp_path) == 2
     assert "not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.statistical(checks=0)
+def test_a_hang_without_isolate_ends_in_seconds_pilot_included(tmp_path, monkeypatch):
+    # In process a hanging sampler hung the pilot and the audit; --call-timeout stops the
+    # wait: the pilot times the built-in verify instead, the case records a timeout defect.
+    import time
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    start = time.perf_counter()
+    code = main(["audit", "--quick", "--case", "v8-plain", "--budget", "6", "--sampler", "faulty_samplers:hangs_on_v8",
+                 "--call-timeout", "0.5", "--no-fuzz", "--threads", "1", "--report-dir", str(tmp_path), "--quiet",
+                 "--no-html"])
+    assert code == 1 and time.perf_counter() - start < 60
+    report = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
+    (case,) = report["cases"]
+    assert "SamplerCallTimeout" in case["defect"] and "within 0.5 s" in case["defect"]
+    assert any(f["kind"] == "timeout" and f["tier"] == "defect" for f in report["findings"])

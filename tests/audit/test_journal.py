@@ -233,3 +233,44 @@ def test_concurrent_processes_on_one_key_one_writer_and_no_tmp_crash(tmp_path):
     state = Journal.open(path, "k", {})[1]
     assert state.header["by"] == winners[0] and list(state.cases) == winners
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.statistical(checks=0)  # expects a fail (the fuzz phase's exact rules)
+def test_the_journal_holds_the_fuzz_phase_and_a_resume_does_not_run_it_again(tmp_path):
+    # A resume re-ran the fuzz phase (45 + 74 s for a 90 s budget): its result is journaled
+    # after it finishes, and a resumed audit takes it from there, with the same findings.
+    from specexact.audit import AuditSettings, run_audit
+    from specexact.audit.catalog import find_case
+    from specexact.audit.journal import held_journal, read_journal
+    from specexact.audit.zoo_float import global_rng_draws
+
+    calls = {"n": 0}
+
+    def counted(ids, draft_probs, target_probs, generator=None):
+        calls["n"] += 1
+        return global_rng_draws(ids, draft_probs, target_probs, generator)
+
+    settings = AuditSettings(sampler_name="counted", cases=(find_case("v8-plain", quick=True),), case_set="quick",
+                             num_batches=2, budget_s=None, fuzz=True, fuzz_examples=5, journal_dir=str(tmp_path),
+                             threads=1)
+    first = run_audit(counted, settings)
+    held_journal(first["journal"]).close()  # kept, as after a kill: the next run resumes it
+    assert read_journal(first["journal"]).fuzz is not None
+    assert calls["n"] > 0
+    calls["n"] = 0
+    again = run_audit(counted, settings)
+    held_journal(again["journal"]).close()
+    assert calls["n"] == 0  # every case resumed, and the fuzz phase too
+    assert [f["rule"] for f in again["fuzz"]["findings"]] == [f["rule"] for f in first["fuzz"]["findings"]]
+    assert again["fuzz"]["findings"] and again["verdict"] == first["verdict"] == "fail"
+
+
+def test_journal_errors_name_the_path(tmp_path):
+    from specexact.audit.journal import Journal
+
+    path = journal_path(tmp_path / "gone", "k")
+    j, _ = Journal.open(journal_path(tmp_path, "k"), "k", {})
+    j.path = path  # its folder does not exist: the append fails
+    with pytest.raises(OSError) as exc:
+        j.append_fuzz({"findings": []})
+    assert str(path) in str(exc.value)

@@ -197,3 +197,19 @@ def test_in_regression_mode_the_last_line_states_the_verdict_the_exit_status_fol
                  str(baseline)]) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("verdict: pass (no regression against the baseline; the audit alone: fail);"), last
+
+
+def test_a_findings_threshold_is_its_checks_own_level_not_the_audits_share():
+    # A chi-square check runs at a third of the per-check share (audit/levels.py): its
+    # finding said "<= 6.67e-09" (the share) while the check, the terminal and the baseline
+    # comparison said 2.22e-09 (its level). The message states the level it was decided at.
+    from specexact.audit.report import build_report
+
+    chk = {"name": "accepted_length[class 0]", "pvalue": 1e-12, "passed": False, "false_fail_rate": 2.22e-9,
+           "n": 100, "detectable_tv": 0.1, "details": {}, "description": "d"}
+    case = {"name": "v8-plain", "checks": [chk], "config": {}, "num_batches": 2, "seed": 1, "num_sequences": 100}
+    settings = {"per_check_false_fail_rate": 6.67e-9, "seed": 0, "false_fail_rate": 1e-6, "device": "cpu"}
+    report = build_report([case], sampler={"name": "m:f"}, settings=settings, environment={}, started_at="x",
+                          wall_time_s=1.0)
+    (finding,) = report["findings"]
+    assert "p=1e-12 <= 2.22e-09" in finding["message"] and "6.67e-09" not in finding["message"]

@@ -43,9 +43,11 @@ def test_everything_from_the_sampler_is_escaped(failing_report):
     assert "<script" not in html.lower()
     assert "&lt;script&gt;" in html
     md = render_markdown(report)
-    # Markdown: entities in text; code spans (reproduction commands) show their text literally
+    # Markdown: backslash escapes in text (no entity); code spans (reproduction commands)
+    # show their text literally
     outside_code = re.sub(r"(`+)(.+?)\1", "", md)
-    assert "<script" not in outside_code.lower() and "&lt;script&gt;" in md
+    assert not re.search(r"(?<!\\)<script", outside_code.lower()) and "\\<script>" in md
+    assert "&lt;" not in md and "&gt;" not in md
 
 
 def test_html_is_self_contained_with_plots(failing_report):
@@ -70,7 +72,9 @@ def test_a_crash_message_with_markup_is_escaped_end_to_end(tmp_path, monkeypatch
     data = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
     assert "<script>" in data["cases"][0]["defect"]  # the JSON keeps the raw text
     assert "<script" not in html.lower() and "&lt;script&gt;alert(" in html
-    assert "<script" not in re.sub(r"(`+)(.+?)\1", "", md).lower() and "&lt;b&gt;bold&lt;/b&gt;" in md
+    # fenced blocks (replay scripts) and code spans show their text literally
+    outside_code = re.sub(r"(`+)(.+?)\1", "", re.sub(r"(?ms)^(`{3,})python\n.*?^\1$", "", md)).lower()
+    assert not re.search(r"(?<!\\)<script", outside_code) and "\\<b>bold\\</b>" in md and "&gt;" not in md
 
 
 def test_trend_over_earlier_reports_in_the_same_folder(tmp_path, passing_report, failing_report):

@@ -1,4 +1,8 @@
-"""specexact.testing: the assertions, their messages, the result object, bad input."""
+"""specexact.testing: the assertions, their messages, the result object, bad input; the
+fuzz phase by default, the per-call time limit, a crash's traceback and diagnosis."""
+
+import threading
+import time
 
 import pytest
 import torch
@@ -6,6 +10,7 @@ import torch
 from specexact.audit.catalog import find_case
 from specexact.audit.runner import checks_per_case
 from specexact.audit.zoo import resample_from_target
+from specexact.audit.zoo_float import global_rng_draws
 from specexact.audit.zoo_logits import stale_penalty_history
 from specexact.decoders import verify
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier
@@ -32,8 +37,10 @@ def one_thread():
 
 @pytest.mark.statistical(checks=V8_CHECKS)
 def test_a_correct_verifier_passes_and_the_result_has_the_numbers(alpha):
-    result = assert_verifier_exact(verify, cases=["v8-plain"], batches=4, false_fail_rate=alpha * V8_CHECKS)
+    result = assert_verifier_exact(verify, cases=["v8-plain"], batches=4, false_fail_rate=alpha * V8_CHECKS,
+                                   fuzz=False)
     assert isinstance(result, AuditResult) and result.passed and result.findings == []
+    assert result.report.get("fuzz") is None
     assert len(result.checks) == V8_CHECKS and result.num_sequences == 4 * 512
     assert result.false_fail_rate == pytest.approx(alpha * V8_CHECKS)
     assert result.per_check_false_fail_rate == pytest.approx(alpha)
@@ -66,8 +73,9 @@ def test_a_planted_bug_raises_with_the_findings_and_a_replay_that_reproduces_the
     with contextlib.redirect_stdout(out):
         exec(python, {})
     assert out.getvalue().strip() != ""
+    # (the case alone: the fuzz phase's own findings and generated cases are not replayed)
     again = [ln for ln in out.getvalue().splitlines() if ln.startswith("- ")]
-    assert again == [ln for ln in original.message.splitlines() if ln.startswith("- ")]
+    assert again and again == [ln for ln in original.message.splitlines() if ln.startswith("- v12-eos-cut / ")]
 
 
 @pytest.mark.statistical(checks=12)
@@ -114,3 +122,75 @@ def test_threads_are_restored_and_recorded(alpha):
     assert result.report["settings"]["threads"] == {"threads": 2, "chosen_by": "set", "seconds": {},
                                                     "cases_timed": 0}
     assert result.report["environment"]["torch_num_threads"] == 2
+
+
+@pytest.mark.statistical(checks=V8_CHECKS)
+def test_the_fuzz_phase_runs_by_default_and_fails_a_verifier_drawing_from_the_global_rng(alpha):
+    # global_rng_draws is exact in law (the statistical cases pass it) but ignores its
+    # generator: only the fuzz phase's exact rules see it, and it now runs by default.
+    alone = assert_verifier_exact(global_rng_draws, cases=["v8-plain"], batches=2, threads=1, fuzz=False,
+                                  false_fail_rate=alpha * V8_CHECKS)
+    assert alone.passed and alone.report.get("fuzz") is None
+    with pytest.raises(AssertionError) as exc:
+        assert_verifier_exact(global_rng_draws, cases=["v8-plain"], batches=2, threads=1)
+    message = str(exc.value)
+    assert message.startswith("sampler specexact.audit.zoo_float:global_rng_draws is not exact: ")
+    assert "defect on valid input" in message and "(fuzz, exact rule)" in message
+    assert "verify_calls / same_generator_same_output" in message or "verify_calls / uses_generator" in message
+
+
+def test_the_python_replay_of_a_case_runs_it_without_the_fuzz_phase():
+    # the fuzz phase adds generated cases, hence checks: replaying one case with it would
+    # change the per-check threshold (the CLI replay command says --no-fuzz too)
+    from specexact.testing.assertions import _python_replay
+
+    report = {"sampler": {"name": "m:f"}, "settings": {"seed": 3}, "cases": [
+        {"name": "v8-plain", "config": {"tags": []}}, {"name": "fuzz-rows-1", "config": {"tags": ["fuzz"]}}]}
+    report["settings"]["false_fail_rate"] = 1e-6
+    repro = {"num_batches": 4, "false_fail_rate": 2e-7, "per_check_false_fail_rate": 1e-8, "threads": 1}
+    one = _python_replay(report, {"case": "v8-plain", "reproduction": repro})
+    assert "cases=['v8-plain']" in one and "false_fail_rate=2e-07" in one and one.endswith("fuzz=False).message)")
+    generated = _python_replay(report, {"case": "fuzz-rows-1", "reproduction": repro})
+    assert "cases=['v8-plain']" in generated and "false_fail_rate=1e-06" in generated and "fuzz=False" not in generated
+
+
+@pytest.mark.statistical(checks=0)
+def test_a_hanging_verifier_fails_within_seconds_with_a_timeout_defect():
+    release = threading.Event()
+
+    def sleeps_forever(ids, draft_probs, target_probs, generator=None):
+        release.wait()  # a hang (released when the test ends: the thread does not outlive it)
+
+    start = time.perf_counter()
+    try:
+        with pytest.raises(AssertionError) as exc:
+            assert_verifier_exact(sleeps_forever, cases=["v8-plain"], batches=2, threads=1, call_timeout_s=0.5)
+    finally:
+        release.set()
+    assert time.perf_counter() - start < 60
+    message = str(exc.value)
+    assert "- v8-plain / defect (timeout)" in message and "no result within 0.5 s" in message
+    assert "no_hang" in message  # the fuzz phase calls it a hang too, not a crash
+
+
+def _engine_kernel(ids):
+    raise RuntimeError("boom in the engine kernel")
+
+
+def crashes_in_a_helper(ids, draft_probs, target_probs, generator=None):
+    return _engine_kernel(ids)
+
+
+@pytest.mark.statistical(checks=0)
+def test_a_crash_shows_the_verifiers_traceback_once_and_the_diagnosis():
+    with pytest.raises(AssertionError) as exc:
+        assert_verifier_exact(crashes_in_a_helper, cases=["v8-plain", "v12-eos-cut"], batches=2, threads=1,
+                              fuzz=False)
+    message = str(exc.value)
+    assert "- v8-plain / defect (crash)" in message and "- v12-eos-cut / defect (crash)" in message
+    assert message.count("Traceback (most recent call last):") == 1  # the same one is not repeated
+    assert "in crashes_in_a_helper" in message and "in _engine_kernel" in message
+    assert "RuntimeError: boom in the engine kernel" in message and "(same traceback as v8-plain / defect above)" \
+        in message
+    diagnosis = message[message.index("\ndiagnosis: "):]
+    assert "✗ protocol (crash, hang, output): FAULTY" in diagnosis

@@ -237,3 +237,40 @@ def test_the_ini_option_makes_hardening_fail(pytester):
     result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*AssertionError: sampler specexact.audit.zoo:no_input_validation is not exact: *"])
+
+
+HANGS = """
+import threading
+import pytest
+
+release = threading.Event()
+
+def sleeps_forever(ids, draft_probs, target_probs, generator=None):
+    release.wait()
+
+@pytest.mark.specexact(batches=2, fuzz=False)
+def test_hangs(specexact_check):
+    try:
+        specexact_check(sleeps_forever, cases=["v8-plain"])
+    finally:
+        release.set()
+"""
+
+
+@pytest.mark.statistical(checks=0)
+def test_the_plugins_call_timeout_fails_a_hanging_verifier_in_seconds(pytester):
+    import time
+
+    pytester.makepyfile(test_hangs=HANGS)
+    start = time.perf_counter()
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "--specexact-call-timeout=0.5")
+    assert time.perf_counter() - start < 60
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E * - v8-plain / defect (timeout)*no result within 0.5 s*"])
+
+
+def test_the_call_timeout_option_is_checked(pytester):
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "--specexact-call-timeout=-1")
+    assert result.ret != 0
+    assert "--specexact-call-timeout must be >= 0 seconds" in result.stderr.str() + result.stdout.str()
