@@ -65,6 +65,8 @@ CHECK_TIERS = {
     "recovered_token_law": "inexact", "bonus_token_law": "inexact", "eos_cut": "inexact",
     # a crash, hang or protocol violation of a case
     "defect": "defect",
+    # evidence spread over several checks (the audit's combined check, audit/combined.py)
+    "combined": "inexact",
 }
 """The tier of a failing check, by check type (the name before ``[``)."""
 
