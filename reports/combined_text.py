@@ -16,7 +16,8 @@ def split_text(settings: dict) -> str:
         return f"false-fail rate of the whole audit: {settings['false_fail_rate']:g}, {per_check}"
     return (f"false-fail rate of the whole audit: {settings['false_fail_rate']:g}: {comb['share']:g} of it "
             f"({comb['false_fail_rate']:.3g}) for the combined check ({comb['method']} combination of the checks' "
-            f"p-values), the rest {per_check}")
+            f"p-values), the rest split (bonferroni) over {settings['num_checks']} checks: "
+            f"{settings['per_check_false_fail_rate']:.3g} each")
 
 
 def combined_text(report: dict) -> str | None:
