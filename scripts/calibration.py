@@ -79,7 +79,7 @@ def rows_with_verdicts(records, levels, rate, tolerance):
                 [rec for rec in records if rec.type == row.check_type], [row.level],
                 false_fail_rate=rate, one_sided_types=ONE_SIDED, rate_tolerance=tolerance)]
             entry.update(checked.to_dict())
-            entry["verdict"] = "pass" if checked.result.passed else "FAIL"
+            entry["verdict"] = "too few trials" if checked.result is None else ("pass" if checked.result.passed else "FAIL")
         except ValueError:
             entry["verdict"] = "too few trials"
         out.append(entry)
