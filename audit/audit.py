@@ -23,6 +23,7 @@ import torch
 
 from specexact.reports.json_report import report_to_jsonable
 
+from .combined import combination_settings
 from .execute import AuditRun, CasesOutcome, now, open_audit, run_cases
 from .fuzz_stage import run_fuzz_stage
 from .report import SCHEMA, SCHEMA_VERSION, accepted_length_histograms, build_report
@@ -43,7 +44,8 @@ def _settings_dict(resolved: ResolvedAudit) -> dict:
         "false_fail_rate": s.false_fail_rate,
         "num_checks": resolved.num_checks,
         "per_check_false_fail_rate": resolved.per_check_false_fail_rate,
-        "correction": "bonferroni",
+        "correction": "bonferroni+cauchy",
+        "combination": combination_settings(s.false_fail_rate),
         "device": str(resolved.device),
         "isolate": bool(s.isolate),
         "case_timeout_s": s.case_timeout_s,

@@ -522,5 +522,16 @@ def diagnose(report: dict) -> dict:
     if hardening and not strict:
         summary += "; hardening (does not fail the audit without strict inputs): " + ", ".join(
             labels[k] for k in hardening)
+    notes = _hints(checks)
+    combined = report.get("combined")
+    if combined and not combined["passed"]:
+        kinds = [s["check"].split("[", 1)[0] for s in combined["strongest"]]
+        named = sorted({labels[CHECK_PARTS[k]] for k in kinds if k in CHECK_PARTS})
+        notes.append(f"the combined check fails (p={combined['pvalue']:.3g}): evidence spread over several checks, "
+                     "none failing on its own; the strongest are of "
+                     + (", ".join(named) if named else "no part") + " (heuristic: the parts of its smallest p-values)")
+        if not culprits:
+            summary = ("faulty (combined evidence, no check failing on its own): likely " + ", ".join(named)
+                       if named else "faulty (combined evidence, no check failing on its own)")
     return {"summary": summary, "culprits": culprits, "hardening": hardening, "parts": [parts[k] for k, _ in PARTS],
-            "notes": _hints(checks)}
+            "notes": notes}

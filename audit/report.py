@@ -14,6 +14,7 @@ import numpy as np
 
 from specexact.exactness.budget import benjamini_hochberg
 
+from .combined import combined_check
 from .decisions_checks import DECISION_CHECK_NAMES, DECISION_CHECKS
 from .diagnosis import diagnose
 from .tiers import fails, tier_counts, tier_of, tier_of_check
@@ -24,7 +25,7 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histogra
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 
@@ -108,7 +109,10 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
     if case.get("defect"):
         nb = max(nb + 1, int(execution.get("planned_batches") or 0))
     nb = max(2, nb + nb % 2)
-    rate = alpha * _checks_of(case.get("config", {}))
+    # the case's checks at the same per-check rate: the command's own audit keeps its
+    # combined share too (audit/combined.py)
+    share = float((settings.get("combination") or {}).get("share", 0.0))
+    rate = alpha * _checks_of(case.get("config", {})) / (1.0 - share)
     parts = ["specexact", "audit", "--sampler", _shell_quote(sampler["name"]), "--seed", str(settings["seed"]),
              "--case", case["name"], "--batches", str(nb), "--false-fail-rate", f"{rate:.6g}"]
     if settings.get("case_set") == "quick":
@@ -371,6 +375,9 @@ def build_report(
                 "defect": case.get("defect"),
                 "reproduction": _reproduction(case, settings, sampler),
             })
+    combined = _combined(flat, settings)
+    if combined is not None and not combined["passed"]:
+        findings.append(_combined_finding(combined, settings, sampler))
     if fuzz is not None:  # each fuzz finding with its tier, also in the fuzz section
         fuzz = {**fuzz, "findings": [{**f, "tier": tier_of(f)} for f in fuzz.get("findings") or []]}
     findings += fuzz_report_findings(fuzz, sampler)
@@ -393,6 +400,7 @@ def build_report(
         "cases": list(case_dicts),
         "checks": flat,
         "findings": findings,
+        "combined": combined,
         "tiers": tier_counts(findings),
         "accepted_length": accepted_length_histograms(flat),
         "acceptance": acceptance_rows(flat),
@@ -405,6 +413,56 @@ def build_report(
         report["fuzz"] = fuzz
     add_diagnosis(report)
     return report
+
+
+def _combined(flat: list, settings: dict) -> dict | None:
+    """The combined check (since 1.7, :mod:`specexact.audit.combined`) of the report's checks,
+    at ``settings.combination.false_fail_rate`` (a shard's share of it in a shard's report:
+    the merged report combines every shard's checks at the whole rate); None for a report
+    of an older version (no ``settings.combination``)."""
+    comb = settings.get("combination")
+    if not comb:
+        return None
+    shard = settings.get("shard")
+    count = int(shard["count"]) if shard else 1
+    return combined_check(flat, float(comb["false_fail_rate"]) / count)
+
+
+def _combined_finding(combined: dict, settings: dict, sampler: dict) -> dict:
+    """The finding of a failing combined check: tier ``inexact``; its reproduction reruns the
+    whole audit (same seed, false-fail rate and sample sizes)."""
+    strongest = ", ".join(f"{s['case']} / {s['check']} p={s['pvalue']:.3g}" for s in combined["strongest"])
+    message = (f"combined: the Cauchy combination of {combined['num_pvalues']} checks' p-values is "
+               f"p={combined['pvalue']:.3g} <= {combined['false_fail_rate']:.3g}: evidence spread over several checks, "
+               f"none of which fails on its own"
+               + (f" (the {combined['neutralised']} that fail on their own left out)" if combined["neutralised"] else "")
+               + f"; strongest: {strongest}")
+    parts = ["specexact", "audit", "--sampler", _shell_quote(sampler["name"]), "--seed", str(settings["seed"]),
+             "--false-fail-rate", f"{settings['false_fail_rate']:.6g}"]
+    if settings.get("num_batches"):
+        parts += ["--batches", str(int(settings["num_batches"]))]
+    if settings.get("case_set") == "quick":
+        parts.append("--quick")
+    if settings.get("device"):
+        parts += ["--device", settings["device"]]
+    python = ("from specexact.audit import resolve_sampler, run_audit\n"
+              f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
+              f"report = run_audit(verifier, seed={settings['seed']!r}, false_fail_rate={settings['false_fail_rate']!r}, "
+              f"num_batches={settings.get('num_batches')!r}, budget_s={settings.get('budget_s')!r}, "
+              f"device={settings.get('device') or 'cpu'!r})\n"
+              "print(report['combined'])")
+    return {
+        "source": "combined",
+        "case": "(all cases)",
+        "check": "combined",
+        "kind": "inexactness",
+        "tier": "inexact",
+        "message": message,
+        "pvalue": combined["pvalue"],
+        "worst": [],
+        "defect": None,
+        "reproduction": {"command": " ".join(parts), "python": python},
+    }
 
 
 def add_diagnosis(report: dict) -> dict:

@@ -19,6 +19,7 @@ import torch
 from specexact.decoders.adapters.protocol import is_logits_level, processing_of, scheme_of
 from specexact.decoders.processing import LogitsProcessing
 
+from .combined import split_false_fail_rate
 from .catalog import default_cases_for
 from .environment import environment, sampler_package
 from .runner import checks_per_case, restrict_to_sampler
@@ -80,7 +81,8 @@ class ResolvedAudit:
     num_checks : int
         Checks of the whole audit (all shards).
     per_check_false_fail_rate : float
-        ``settings.false_fail_rate / num_checks`` (Bonferroni).
+        ``(1 - COMBINED_SHARE) * settings.false_fail_rate / num_checks`` (Bonferroni over
+        the checks of the rate the combined check leaves; :mod:`specexact.audit.combined`).
     environment : dict
     key : str
         :func:`audit_key`.
@@ -197,4 +199,5 @@ def resolve_audit(verifier, settings: AuditSettings) -> ResolvedAudit:
                     false_fail_rate=settings.false_fail_rate, device=settings.device, env=env)
     return ResolvedAudit(settings=settings, sampler=sampler_info(verifier, settings), cases=runnable, run_cases=run,
                          skipped=skipped, num_checks=num_checks,
-                         per_check_false_fail_rate=settings.false_fail_rate / num_checks, environment=env, key=key)
+                         per_check_false_fail_rate=split_false_fail_rate(settings.false_fail_rate, num_checks)[0],
+                         environment=env, key=key)

@@ -148,6 +148,12 @@ def print_table(report: dict) -> None:
     out = Console()
     out.width = max(out.width, 150)
     out.print(table)
+    from specexact.reports.combined_text import combined_text, split_text
+
+    out.print(escape(split_text(report["settings"])))
+    line = combined_text(report)
+    if line:
+        out.print(escape(line) if report["combined"]["passed"] else f"[red]{escape(line)}[/]")
     for row in report.get("lossy_measurements") or []:
         out.print(f"lossy: {escape(row['case'])} / {escape(row['check'])}: TV from the target "
                   f"{lossy_interval_text(row)} ({row['law']} law, {row['num_cells']} cells, n={row['n']:,})")

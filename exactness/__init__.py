@@ -11,6 +11,8 @@ power
     Noncentral chi-square and exact binomial power / sample-size planning.
 budget
     :class:`FalseFailBudget`, Holm and Benjamini-Hochberg.
+combination
+    Cauchy combination of p-values, valid under dependence (:func:`cauchy_combination`).
 goodness_of_fit
     Binned Pearson chi-square against an exact law (:func:`chisquare_gof`).
 two_sample
@@ -29,6 +31,7 @@ pit
 """
 
 from .budget import FalseFailBudget, benjamini_hochberg, holm
+from .combination import cauchy_combination
 from .calibration import calibration_ratio_check, min_replicates_for_ratio, ratio_outside_probability
 from .exact_tests import (
     accepted_length_check,
@@ -59,6 +62,7 @@ __all__ = [
     "binned_law",
     "binomial_check",
     "calibration_ratio_check",
+    "cauchy_combination",
     "chisquare_gof",
     "chisquare_homogeneity",
     "chisquare_power",

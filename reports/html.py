@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 from .baseline_text import baseline_headline, baseline_lines
+from .combined_text import combined_text, split_text
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
 from .fuzz_section import fuzz_html
 
@@ -98,8 +99,9 @@ _TEMPLATE = r"""<!DOCTYPE html>
   <div class="card"><div class="v">{{ n_checks - n_failed }} / {{ n_checks }}</div><div class="k">checks passed</div></div>
   <div class="card"><div class="v">{{ tiers.findings|length }}</div><div class="k">findings ({% for t in tiers.counts %}{{ t.label }} {{ t.n }}{% if not loop.last %}, {% endif %}{% endfor %})</div></div>
   <div class="card"><div class="v">{{ "%.3g"|format(s.false_fail_rate) }}</div>
-    <div class="k">false-fail rate of the audit ({{ s.correction }} over {{ s.num_checks }} checks:
-    {{ "%.3g"|format(s.per_check_false_fail_rate) }} each)</div></div>
+    <div class="k">false-fail rate of the audit ({% if s.combination %}{{ "%g"|format(s.combination.share) }} for the
+    combined check: {{ "%.3g"|format(s.combination.false_fail_rate) }}; the rest {% endif %}{{ s.correction }} over
+    {{ s.num_checks }} checks: {{ "%.3g"|format(s.per_check_false_fail_rate) }} each)</div></div>
   <div class="card"><div class="v">{{ median_tv }}</div><div class="k">median detectable TV (power 0.99)</div></div>
   <div class="card"><div class="v">{{ mode_value }}</div><div class="k">{{ mode_label }}</div></div>
   <div class="card"><div class="v">{{ s.seed }}</div><div class="k">seed{% if s.isolate %} · isolated cases{% endif %}</div></div>
@@ -112,6 +114,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
 {% if r.resumed_cases %}<p class="note">Resumed from a journal: {{ r.resumed_cases|length }} case(s) were finished
   by an earlier, interrupted run of the same audit ({{ r.resumed_cases|join(", ") }}).</p>{% endif %}
 {% if r.plan and r.plan.note %}<p class="note">{{ r.plan.note }}</p>{% endif %}
+{% if combined_line %}<p class="{{ 'note' if r.combined.passed else 'note fail' }}">{{ combined_line }}</p>{% endif %}
 
 <h2>Findings</h2>
 {% if not tiers.findings %}<p>No evidence of inexactness: every check passed at its false-fail rate.</p>{% else %}
@@ -349,6 +352,7 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         ("seed", s["seed"]),
         ("budget / batches", f"{s.get('budget_s')} s" if s.get("num_batches") is None else f"{s['num_batches']} calls per case"),
         ("false-fail rate (audit / per check)", f"{s['false_fail_rate']:g} / {alpha:.3g}"),
+        ("false-fail split", split_text(s)),
         ("checks", s["num_checks"]),
         ("device", f"{env.get('device')} ({env.get('device_name')})"),
         ("isolation", f"yes, timeout {s.get('case_timeout_s') or 'default'}" if s.get("isolate") else "no"),
@@ -372,7 +376,7 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         median_tv=_median_tv(tvs), mode_value=mode_value, mode_label=mode_label,
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
         planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
-        diagnosis=_diagnosis_rows(report),
+        diagnosis=_diagnosis_rows(report), combined_line=combined_text(report),
         tiers=_tier_groups(report),
         baseline=({"headline": baseline_headline(report["baseline"]), "lines": baseline_lines(report["baseline"])}
                   if report.get("baseline") else None),

@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 from .baseline_text import baseline_headline, baseline_lines
+from .combined_text import combined_text, split_text
 from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
 from .escaping import markdown_cell as _cell
 from .fuzz_section import fuzz_markdown
@@ -148,8 +149,8 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         f"- sampler: {_code(report['sampler']['target'])}",
         f"- started: {report['started_at']}, wall time {report['wall_time_s']:.1f} s, "
         f"{report['num_sequences']:,} sequences",
-        f"- false-fail rate of the whole audit: {s['false_fail_rate']:g}, split ({s['correction']}) "
-        f"over {s['num_checks']} checks: {s['per_check_false_fail_rate']:.3g} each",
+        f"- {split_text(s)}",
+        *([f"- {_cell(combined_text(report))}"] if combined_text(report) else []),
         f"- seed {s['seed']}; " + (f"budget {s['budget_s']:g} s" if s.get("budget_s") else
                                    f"{s['num_batches']} decoder calls per case")
         + ("; cases isolated in subprocesses" if s.get("isolate") else ""),

@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.6`` -> ``1.7``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.7`` -> ``1.8``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -133,7 +133,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.6/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.7/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -192,8 +192,30 @@ REPORT_SCHEMA: dict[str, Any] = {
                   "description": "observations that are not failures, e.g. a scheme that accepts less than "
                                  "token-wise verification by design (since 1.3)"},
         "fuzz": {"$ref": "#/$defs/fuzz"},
+        "combined": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/combined"}],
+                     "description": "since 1.7: the combined check over every check's p-value "
+                                    "(audit/combined.py); null in a report without settings.combination"},
     },
     "$defs": {
+        "combined": {
+            "description": "Since 1.7: the Cauchy combination (Liu and Xie 2020) of the statistical checks' "
+                           "p-values, which fails at pvalue <= false_fail_rate (its share of the audit's rate).",
+            "type": "object",
+            "required": ["method", "pvalue", "false_fail_rate", "passed", "num_pvalues", "neutralised", "strongest"],
+            "properties": {
+                "method": {"const": "cauchy"},
+                "pvalue": {"type": "number", "minimum": 0, "maximum": 1},
+                "false_fail_rate": _RATE,
+                "passed": {"type": "boolean"},
+                "num_pvalues": {"type": "integer", "minimum": 0},
+                "neutralised": {"type": "integer", "minimum": 0,
+                                "description": "combined checks failing on their own, their terms set to 0"},
+                "strongest": {"type": "array", "maxItems": 5, "items": {
+                    "type": "object", "required": ["case", "check", "pvalue"],
+                    "properties": {"case": {"type": "string"}, "check": {"type": "string"},
+                                   "pvalue": {"type": "number", "minimum": 0, "maximum": 1}}}},
+            },
+        },
         "diagnosis": {
             "description": "Since 1.3: which part of the sampler the failing checks point at (audit/diagnosis.py).",
             "type": "object",
@@ -334,8 +356,9 @@ REPORT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": ["case", "check", "kind", "message", "pvalue", "worst", "defect", "reproduction"],
             "properties": {
-                "source": {"enum": ["check", "fuzz"],
-                           "description": "since 1.6: a failing check of a case, or a fuzz finding"},
+                "source": {"enum": ["check", "fuzz", "combined"],
+                           "description": "since 1.6: a failing check of a case, or a fuzz finding; since 1.7 "
+                                          "the failing combined check"},
                 "tier": _TIER,
                 "case": {"type": "string"},
                 "check": {"type": "string"},
@@ -363,6 +386,12 @@ REPORT_SCHEMA: dict[str, Any] = {
                             "threads": _NULLABLE_INT,
                         },
                     },
+                    {  # the combined check (since 1.7): the whole audit again
+                        "type": "object",
+                        "required": ["command", "python"],
+                        "properties": {"command": {"type": "string", "pattern": "^specexact audit "},
+                                       "python": {"type": "string"}},
+                    },
                     {  # a fuzz finding (since 1.6): the fuzz command and the replay script
                         "type": "object",
                         "required": ["command", "python"],
@@ -384,7 +413,17 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "false_fail_rate": _RATE,
                 "num_checks": {"type": "integer", "minimum": 1},
                 "per_check_false_fail_rate": _RATE,
-                "correction": {"const": "bonferroni"},
+                "correction": {"enum": ["bonferroni", "bonferroni+cauchy"],
+                               "description": "bonferroni+cauchy (since 1.7): per_check_false_fail_rate is "
+                                              "(1 - combination.share) * false_fail_rate / num_checks"},
+                "combination": {
+                    "description": "since 1.7: the combined check's method, share and false-fail rate",
+                    "type": "object",
+                    "required": ["method", "share", "false_fail_rate"],
+                    "properties": {"method": {"const": "cauchy"},
+                                   "share": _RATE,
+                                   "false_fail_rate": _RATE},
+                },
                 "device": {"type": "string"},
                 "isolate": {"type": "boolean"},
                 "case_timeout_s": _NULLABLE_NUMBER,

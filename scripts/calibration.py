@@ -10,6 +10,13 @@ trials were pooled, each (type, level) ratio gets a verdict from
 pair tests), with the whole table's false-fail rate ``--false-fail-rate`` split over its
 rows (Bonferroni). Writes a JSON file and prints Markdown tables.
 
+The audit's combined check (``specexact.audit.combined``: the Cauchy combination of the
+checks' p-values with half of the audit's rate) and the audit's verdict as a whole
+("overall": a check at ``p <= (1 - share) * level / m`` or the combination of the others at
+``p <= share * level``) are calibrated too, each (group, seed) an audit of the group's cases
+and each (case, seed) an audit of one case: rows ``combined[...]`` and ``overall[...]``
+(band [0.5, 2]; the combination's validity under dependence is asymptotic for small rates).
+
 Groups (time shares in parentheses):
 
 - ``calibration-v5`` (0.5): twelve row classes over V=5 (``selfcheck.calibration_case``);
@@ -38,6 +45,8 @@ import torch
 
 from specexact.audit import default_cases, quick_cases, resolve_sampler
 from specexact.audit.audit import environment
+from specexact.audit.combined import COMBINED_SHARE, EXACT_RULES
+from specexact.exactness import calibration_ratio_check, cauchy_combination
 from specexact.audit.selfcheck import (
     cached_exact_laws,
     calibration_case,
@@ -70,10 +79,51 @@ def rows_with_verdicts(records, levels, rate, tolerance):
                 [rec for rec in records if rec.type == row.check_type], [row.level],
                 false_fail_rate=rate, one_sided_types=ONE_SIDED, rate_tolerance=tolerance)]
             entry.update(checked.to_dict())
-            entry["verdict"] = "pass" if checked.result.passed else "FAIL"
+            entry["verdict"] = "too few trials" if checked.result is None else ("pass" if checked.result.passed else "FAIL")
         except ValueError:
             entry["verdict"] = "too few trials"
         out.append(entry)
+    return out
+
+
+def audit_units(records, by):
+    """``{unit: [(type, pvalue, enters the combination)]}`` with ``by`` ``"audit"`` (group's
+    cases of one seed) or ``"case"`` (one case of one seed)."""
+    units = defaultdict(list)
+    for rec in records:
+        key = rec.seed if by == "audit" else (rec.case, rec.seed)
+        units[key].append((rec.pvalue, rec.has_power and rec.type not in EXACT_RULES))
+    return units
+
+
+def combined_rows(records, levels, rate, tolerance, label):
+    """Calibration rows of the combined check and of the whole verdict (module docstring)
+    over each unit of ``records`` (audits of a group by seed, and of each case by seed)."""
+    out = []
+    for by in ("audit", "case"):
+        units = list(audit_units(records, by).values())
+        for level in levels:
+            hits = {"combined": 0, "overall": 0}
+            for unit in units:
+                m = len(unit)
+                per_check = (1 - COMBINED_SHARE) * level / m
+                own = [p <= per_check for p, _ in unit]
+                entered = [0.5 if fails else p for (p, enters), fails in zip(unit, own) if enters]
+                plain = [p for p, enters in unit if enters]
+                hits["combined"] += bool(plain) and cauchy_combination(plain) <= level
+                comb = bool(entered) and cauchy_combination(entered) <= COMBINED_SHARE * level
+                hits["overall"] += any(own) or comb
+            for kind, k in hits.items():
+                entry = {"check_type": f"{kind}[{label}, per {'seed' if by == 'audit' else 'case and seed'}]",
+                         "level": level, "trials": len(units), "rejections": int(k),
+                         "ratio": k / (len(units) * level) if units else None, "one_sided": False}
+                try:
+                    res = calibration_ratio_check(int(k), len(units), level, false_fail_rate=rate,
+                                                  rate_tolerance=tolerance)
+                    entry["verdict"] = "pass" if res.passed else "FAIL"
+                except ValueError:
+                    entry["verdict"] = "too few trials"
+                out.append(entry)
     return out
 
 
@@ -123,11 +173,13 @@ def main(argv=None) -> int:
                   f"{results[name]['wall_s']:.0f} s", file=sys.stderr, flush=True)
     all_records = [r for g in results.values() for r in g["records"]]
     types = sorted({r.type for r in all_records})
-    num_rows = len(types) * len(levels)
+    num_rows = (len(types) + 4 * len(results)) * len(levels)  # check types, then combined / overall x 2 units
     rate = args.false_fail_rate / num_rows
     overall = rows_with_verdicts(all_records, levels, rate, args.rate_tolerance)
     by_group = {name: rows_with_verdicts(g["records"], levels, rate, args.rate_tolerance)
                 for name, g in results.items()}
+    combined = [row for name, g in results.items()
+                for row in combined_rows(g["records"], levels, rate, args.rate_tolerance, name)]
     per_check = defaultdict(list)
     for rec in all_records:
         per_check[(rec.case, rec.check)].append(rec.pvalue)
@@ -152,6 +204,7 @@ def main(argv=None) -> int:
                    for name, g in results.items()},
         "overall": overall,
         "by_group": by_group,
+        "combined": combined,
         "checks": checks,
     }
     path = args.json or Path("reports") / f"calibration-{started.strftime('%Y%m%dT%H%M%S')}.json"
@@ -159,11 +212,13 @@ def main(argv=None) -> int:
     path.write_text(json.dumps(report, indent=2, allow_nan=False, default=float))
     print(f"## Calibration ratios, all groups (verdicts at {rate:.3g} per row)\n")
     print(markdown(overall))
+    print(f"\n## The combined check and the whole verdict (share {COMBINED_SHARE:g} for the combination)\n")
+    print(markdown(combined))
     for name, entries in by_group.items():
         print(f"\n## {name}: {results[name]['seeds']} seeds, cases {', '.join(results[name]['cases'])}\n")
         print(markdown(entries))
     print(f"\nwrote {path}")
-    failed = any(e["verdict"] == "FAIL" for e in overall)
+    failed = any(e["verdict"] == "FAIL" for e in [*overall, *combined])
     return 1 if failed else 0
 
 
