@@ -18,8 +18,14 @@ The speculative configurations (keys of vLLM's ``SpeculativeConfig``,
   model's argmax, verified as a point mass.
 
 ``generate(..., speculative=False)`` runs a second ``LLM`` with the same settings and no
-``speculative_config`` (started on first use, kept until :meth:`VllmEngine.close`): vLLM's
-own plain sampling. The engine core runs in this process
+``speculative_config``: vLLM's own plain sampling. :meth:`VllmEngine.load` starts it
+*before* the speculative one: vLLM's CPU platform rebinds its kernel overrides by scanning
+every loaded module (``_rebind_kernels`` in ``vllm/triton_utils/dispatcher.py``), and once
+llvmlite is imported (numba, which vLLM's n-gram proposer imports) ``vars()`` of llvmlite's
+library wrapper is not a dict and the start of any further engine in the process raises
+``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'``
+(``scripts/replays/vllm_e2e_llvmlite_rebind.py``). So a second :meth:`~VllmEngine.load`
+after ``ngram`` in one process fails with that error: run one configuration per process. The engine core runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set as a default before vLLM is imported).
 
 Request mapping: :mod:`.vllm_requests`. Semantics declared (:meth:`VllmEngine.capabilities`),
@@ -180,6 +186,9 @@ class VllmEngine:
         vllm = self._import()
         self.close()
         self.target_dir, self.method, self.num_speculative_tokens = target_dir, method, int(num_speculative_tokens)
+        # The plain LLM first: an engine started after llvmlite was imported (vLLM's n-gram
+        # proposer imports numba) crashes in vLLM's kernel-override scan (module docstring).
+        self._plain_llm()
         self._llm = vllm.LLM(**self._llm_kwargs(), disable_log_stats=False,
                              per_request_spec_decode_metrics="detailed", speculative_config=spec)
         self._stop_ids = self._generation_config_stop_ids(self._llm)
