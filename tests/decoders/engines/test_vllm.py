@@ -154,8 +154,18 @@ def test_generate_before_load_and_bad_arguments(pair):
 
 # -- on the started engine, per method --------------------------------------------------------
 
+CRASH_FINDING = ("finding: a mixed batch (top-k rows among others) crashes the speculative engine with "
+                 "'RuntimeError: index 1592825856 is out of bounds for dimension 1 with size 64' (garbage top-k "
+                 "from the same expand_kernel override); not run, since the engine may hang after it. Replay: "
+                 "SPECEXACT_RUN_CRASH=1 pytest -k 'protocol and True' in the vllm-e2e env")
+
+
 @pytest.mark.parametrize("speculative", [True, False])
 def test_outputs_follow_the_protocol(engine, speculative):
+    import os
+
+    if speculative and cpu_route() and not os.environ.get("SPECEXACT_RUN_CRASH"):
+        pytest.xfail(CRASH_FINDING)
     reqs = mixed_requests(200)
     results = engine.generate(reqs, speculative=speculative)
     assert check_generation_results(reqs, results, 64) is None
