@@ -98,7 +98,8 @@ def enters_combination(check: dict) -> bool:
     (:data:`EXACT_RULES`) and with power at its sample size."""
     if _type(check) in EXACT_RULES:
         return False
-    no_power = check.get("dof") == 0 and float(check.get("detectable_tv", 0.0)) == math.inf  # "inf" after to_dict
+    tv = check.get("detectable_tv", 0.0)  # "inf" after to_dict, None after the JSON round trip
+    no_power = check.get("dof") == 0 and (tv is None or float(tv) == math.inf)
     return not no_power
 
 

@@ -237,7 +237,8 @@ class AuditResult:
                     lines.append(f"  replay: {f['reproduction']['command']} (or the report's fuzz.findings"
                                  f"[{f.get('fuzz_index', 0)}].replay script)")
                     continue
-                tv = _fmt_tv(self.detectable_tv(f["case"], f["check"])) if f["kind"] == "inexactness" else "-"
+                tv = (_fmt_tv(self.detectable_tv(f["case"], f["check"]))
+                  if f["kind"] == "inexactness" and f.get("source") != "combined" else "-")
                 lines.append(f"- {f['case']} / {f['check']} ({f['kind']}): p-value {f['pvalue']:.3g}, detectable TV "
                              f"{tv} — {f['message']}")
                 worst = f.get("worst") or []
@@ -302,7 +303,7 @@ def _python_replay(report: dict, finding: dict) -> str:
     """A Python line that reruns the finding's case through :func:`audit_verifier` (same
     seed, sample size, per-check false-fail rate and threads: the same samples)."""
     repro = finding["reproduction"]
-    rate = repro.get("false_fail_rate") or repro["per_check_false_fail_rate"]
+    rate = repro.get("false_fail_rate") or repro.get("per_check_false_fail_rate")
     threads = repro.get("threads")
     module, _, name = report["sampler"]["name"].partition(":")
     fn = "audit_logits_verifier" if (report["settings"].get("processing") or {}).get("level") == "logits" \
@@ -312,11 +313,12 @@ def _python_replay(report: dict, finding: dict) -> str:
     head = f"from specexact.testing import {fn}; " + (f"from {module} import {name}; " if importable else "")
     tail = f"seed={report['settings']['seed']}" + (f", threads={threads}" if threads else "")
     generated = {c["name"] for c in report["cases"] if "fuzz" in ((c.get("config") or {}).get("tags") or ())}
-    if finding["case"] in generated:
+    if finding["case"] in generated or finding.get("source") == "combined" or rate is None:
         # A case the fuzz phase generated: no name selects it, so the whole audit again (same
         # cases, seed, rate and calls: the same generated cases and per-check rate).
         cases = [c["name"] for c in report["cases"] if c["name"] not in generated]
-        return (head + f"print({fn}({obj}, cases={cases!r}, batches={repro['num_batches']}, {tail}, "
+        batches = repro.get("num_batches") or report["settings"].get("num_batches")
+        return (head + f"print({fn}({obj}, cases={cases!r}, batches={batches}, {tail}, "
                 f"false_fail_rate={report['settings']['false_fail_rate']:.6g}).message)")
     # One case alone, without the fuzz phase (its generated cases would change the per-check rate).
     return (head + f"print({fn}({obj}, cases=[{finding['case']!r}], batches={repro['num_batches']}, {tail}, "
