@@ -43,6 +43,7 @@ from specexact.decoders import SamplingParams, ToyLMConfig
 from specexact.exactness.calibration import calibration_ratio_check
 from specexact.exactness.enumeration import SequenceLaw as _SequenceLaw
 
+from . import decoder_kind as _decoder_kind
 from . import runner as _runner
 from .audit import run_audit
 from .cases import AuditCase, RowClass, default_cases
@@ -92,8 +93,8 @@ def cached_exact_laws():
     cost of a small case. Inside the block the runner gets each law once per distinct
     (model weights, prompt, parameters, length); verdicts and p-values are unchanged.
     """
-    original_sequence_law = _runner.sequence_law
-    original_acceptance_law = _runner.acceptance_law
+    original_sequence_law = _decoder_kind.sequence_law
+    original_acceptance_law = _decoder_kind.acceptance_law
     laws: dict = {}
 
     def sequence_law(model, prompt_ids, params, **kwargs):
@@ -115,13 +116,13 @@ def cached_exact_laws():
                                                 draft_params, **kwargs)
         return laws[key].copy()
 
-    _runner.sequence_law = sequence_law
-    _runner.acceptance_law = acceptance_law
+    _decoder_kind.sequence_law = sequence_law
+    _decoder_kind.acceptance_law = acceptance_law
     try:
         yield laws
     finally:
-        _runner.sequence_law = original_sequence_law
-        _runner.acceptance_law = original_acceptance_law
+        _decoder_kind.sequence_law = original_sequence_law
+        _decoder_kind.acceptance_law = original_acceptance_law
 
 
 @dataclass(frozen=True)
