@@ -51,7 +51,7 @@ from specexact.decoders.adapters.protocol import (
 )
 from specexact.decoders.engines.protocol import is_engine
 from specexact.decoders.tree import tree_speculative_generate, verify_block, verify_tree_rrs
-from specexact.exactness.enumeration import count_sequences, encode_sequences, sequence_law
+from specexact.exactness.enumeration import sequence_law
 from specexact.exactness.goodness_of_fit import chisquare_gof
 from specexact.exactness.results import CheckResult
 from specexact.exactness.tree_laws import (
@@ -67,6 +67,7 @@ from .cases import RowClass
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .lossy import lossy_tv_check
 from .pairs import pair_checks
+from .sequence_checks import sequence_counts
 
 __all__ = ["TreeCase", "TREE_CHECKS_PER_CLASS", "tree_cases", "restrict_tree_case", "chain_case_reason",
            "run_tree_case", "tree_call", "reference_verifier", "reference_accepted_length_law"]
@@ -394,17 +395,7 @@ def _sequence_counts(case: TreeCase, c: int, flat: torch.Tensor):
     target, _ = case.models("cpu")
     law = sequence_law(target, torch.tensor(rc.prompt, dtype=torch.int64), rc.target_params, length=case.length,
                        eos_token_id=case.eos_token_id)
-    counts, unexpected = count_sequences(law, flat)
-    probs, labels = law.probs, law.labels()
-    codes = encode_sequences(flat, law.vocab_size)
-    if len(unexpected):
-        off = np.flatnonzero(~np.isin(codes, law.codes))
-        _, first, off_counts = np.unique(codes[off], return_index=True, return_counts=True)
-        rows = flat[off[first]].tolist()
-        counts = np.concatenate([counts, off_counts])
-        probs = np.concatenate([probs, np.zeros(len(rows))])
-        labels = labels + [" ".join(str(t) for t in row if t >= 0) for row in rows]
-    return counts, probs, labels, codes
+    return sequence_counts(law, flat)
 
 
 def _class_checks(case: TreeCase, c: int, all_tokens: torch.Tensor, accepted: torch.Tensor, scheme: str,

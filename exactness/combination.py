@@ -39,24 +39,13 @@ import math
 
 import numpy as np
 
+from .budget import _check_pvalues as _pvalues
+
 from ._validate import check_real
 
 __all__ = ["cauchy_statistic", "cauchy_combination", "cauchy_pvalue"]
 
 
-def _pvalues(pvalues) -> np.ndarray:
-    array = np.asarray(pvalues)
-    if array.dtype.kind not in "fiu":
-        raise TypeError(f"pvalues must be a real numeric array, got dtype {array.dtype}")
-    array = array.astype(np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"pvalues must be one-dimensional, got shape {array.shape}")
-    if array.size == 0:
-        raise ValueError(f"pvalues must not be empty, got shape {array.shape}")
-    bad = ~((array >= 0.0) & (array <= 1.0))  # also catches NaN
-    if bad.any():
-        raise ValueError(f"pvalues must be in [0, 1], got {float(array[bad][0])!r}")
-    return array
 
 
 def _weights(weights, size: int) -> np.ndarray:
