@@ -16,7 +16,7 @@ import torch
 
 from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig
 
-__all__ = ["RowClass", "AuditCase", "default_cases", "quick_cases"]
+__all__ = ["RowClass", "AuditCase", "checked_keep", "default_cases", "quick_cases"]
 
 
 @dataclass(frozen=True)
@@ -117,10 +117,8 @@ class AuditCase:
         ValueError
             If ``keep`` is empty, unsorted, repeats or is out of range.
         """
-        keep = tuple(int(c) for c in keep)
+        keep = checked_keep(keep, len(self.row_classes))
         C = len(self.row_classes)
-        if not keep or list(keep) != sorted(set(keep)) or keep[0] < 0 or keep[-1] >= C:
-            raise ValueError(f"keep must be ascending distinct class indices in [0, {C}), got {keep!r}")
         if len(keep) == C:
             return self
         step = 4 * len(keep)
@@ -148,6 +146,21 @@ class AuditCase:
         d = asdict(self)
         d["row_classes"] = [rc.describe() for rc in self.row_classes]
         return d
+
+
+def checked_keep(keep: Sequence[int], num_classes: int) -> tuple[int, ...]:
+    """``keep`` as a tuple of ints, checked to be ascending distinct class indices in
+    ``[0, num_classes)`` (the argument of every case's ``restricted``).
+
+    Raises
+    ------
+    ValueError
+        ``keep`` is empty, unsorted, repeats or is out of range.
+    """
+    keep = tuple(int(c) for c in keep)
+    if not keep or list(keep) != sorted(set(keep)) or keep[0] < 0 or keep[-1] >= num_classes:
+        raise ValueError(f"keep must be ascending distinct class indices in [0, {num_classes}), got {keep!r}")
+    return keep
 
 
 def _sp(**kw) -> SamplingParams:

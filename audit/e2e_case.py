@@ -60,6 +60,7 @@ from specexact.exactness.two_sample import chisquare_homogeneity
 
 from .acceptance import accepted_length_check
 from .case_result import CaseResult, case_seed, defect_check, enough_calls, sampler_failure
+from .cases import checked_keep
 from .errors import AuditInternalError
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .sequence_checks import sequence_law_check
@@ -180,10 +181,8 @@ class E2ECase:
 
     def restricted(self, keep: Sequence[int]) -> "E2ECase":
         """The case with only the classes of indices ``keep`` (ascending), same name and seed."""
-        keep = tuple(int(c) for c in keep)
+        keep = checked_keep(keep, len(self.row_classes))
         C = len(self.row_classes)
-        if not keep or list(keep) != sorted(set(keep)) or keep[0] < 0 or keep[-1] >= C:
-            raise ValueError(f"keep must be ascending distinct class indices in [0, {C}), got {keep!r}")
         if len(keep) == C:
             return self
         acc = None if self.check_acceptance is None else tuple(self.check_acceptance[c] for c in keep)

@@ -63,7 +63,7 @@ from specexact.exactness.tree_laws import (
 
 from .acceptance import CHAIN_SCHEMES, accepted_length_check
 from .case_result import CaseResult, case_seed, enough_calls, sampler_failure
-from .cases import RowClass
+from .cases import RowClass, checked_keep
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .lossy import lossy_tv_check
 from .pairs import pair_checks
@@ -181,10 +181,8 @@ class TreeCase:
 
     def restricted(self, keep: Sequence[int]) -> "TreeCase":
         """The case with only the classes ``keep`` (see :meth:`AuditCase.restricted`)."""
-        keep = tuple(int(c) for c in keep)
+        keep = checked_keep(keep, len(self.row_classes))
         C = len(self.row_classes)
-        if not keep or list(keep) != sorted(set(keep)) or keep[0] < 0 or keep[-1] >= C:
-            raise ValueError(f"keep must be ascending distinct class indices in [0, {C}), got {keep!r}")
         if len(keep) == C:
             return self
         step = 4 * len(keep)
