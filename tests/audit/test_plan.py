@@ -90,3 +90,18 @@ def test_a_single_candidate_is_timed_on_every_case():
     costs, choice = pilot_with_thread_choice(CASES, verifier=verify, candidates=[1])
     assert choice.threads == 1 and choice.cases_timed == len(CASES) and list(choice.seconds) == ["1"]
     assert choice.seconds["1"] == pytest.approx(sum(costs), rel=1e-3)
+
+
+def test_a_crashing_sampler_is_charged_the_time_it_ran_before_the_crash():
+    # An end-to-end engine that crashed in the pilot was timed by the fall-back's empty call
+    # (1e-4 s), and the audit planned 160,000 calls of it.
+    from specexact.audit.plan import pilot_costs
+
+    def slow_crash(ids, draft_probs, target_probs, generator=None):
+        time.sleep(1.0)
+        raise RuntimeError("planted crash")
+
+    # the fall-back (the built-in verifier on a quick case) takes milliseconds: before the
+    # fix the cost was that
+    (cost,) = pilot_costs([quick_cases()[0]], "cpu", slow_crash)
+    assert cost >= 1.0
