@@ -163,3 +163,17 @@ def check_alternative(value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"alternative must be one of {allowed}, got {_short(value)}")
     return str(value)
+
+def check_pvalues(pvalues) -> np.ndarray:
+    array = np.asarray(pvalues)
+    if array.dtype.kind not in "fiu":
+        raise TypeError(f"pvalues must be a real numeric array, got dtype {array.dtype}")
+    array = array.astype(np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"pvalues must be one-dimensional, got shape {array.shape}")
+    if array.size == 0:
+        raise ValueError(f"pvalues must not be empty, got shape {array.shape}")
+    bad = ~((array >= 0.0) & (array <= 1.0))  # also catches NaN
+    if bad.any():
+        raise ValueError(f"pvalues must be in [0, 1], got {float(array[bad][0])!r}")
+    return array

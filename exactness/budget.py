@@ -7,22 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ._validate import check_int, check_rate
-
-
-def _check_pvalues(pvalues) -> np.ndarray:
-    array = np.asarray(pvalues)
-    if array.dtype.kind not in "fiu":
-        raise TypeError(f"pvalues must be a real numeric array, got dtype {array.dtype}")
-    array = array.astype(np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"pvalues must be one-dimensional, got shape {array.shape}")
-    if array.size == 0:
-        raise ValueError(f"pvalues must not be empty, got shape {array.shape}")
-    bad = ~((array >= 0.0) & (array <= 1.0))  # also catches NaN
-    if bad.any():
-        raise ValueError(f"pvalues must be in [0, 1], got {float(array[bad][0])!r}")
-    return array
+from ._validate import check_int, check_rate, check_pvalues
 
 
 def holm(pvalues, *, total: float) -> np.ndarray:
@@ -61,7 +46,7 @@ def holm(pvalues, *, total: float) -> np.ndarray:
     S. Holm, "A simple sequentially rejective multiple test procedure", Scandinavian
     Journal of Statistics 6 (1979) 65-70.
     """
-    values = _check_pvalues(pvalues)
+    values = check_pvalues(pvalues)
     total = check_rate(total, "total")
     m = values.size
     order = np.argsort(values, kind="stable")
@@ -103,7 +88,7 @@ def benjamini_hochberg(pvalues) -> np.ndarray:
     ----------
     Y. Benjamini and Y. Hochberg, JRSS-B 57 (1995) 289-300.
     """
-    values = _check_pvalues(pvalues)
+    values = check_pvalues(pvalues)
     return np.asarray(stats.false_discovery_control(values, method="bh"), dtype=np.float64)
 
 

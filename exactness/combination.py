@@ -39,13 +39,9 @@ import math
 
 import numpy as np
 
-from .budget import _check_pvalues as _pvalues
-
-from ._validate import check_real
+from ._validate import check_pvalues as _pvalues, check_real
 
 __all__ = ["cauchy_statistic", "cauchy_combination", "cauchy_pvalue"]
-
-
 
 
 def _weights(weights, size: int) -> np.ndarray:

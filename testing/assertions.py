@@ -238,7 +238,7 @@ class AuditResult:
                                  f"[{f.get('fuzz_index', 0)}].replay script)")
                     continue
                 tv = (_fmt_tv(self.detectable_tv(f["case"], f["check"]))
-                  if f["kind"] == "inexactness" and f.get("source") != "combined" else "-")
+                      if f["kind"] == "inexactness" and f.get("source") != "combined" else "-")
                 lines.append(f"- {f['case']} / {f['check']} ({f['kind']}): p-value {f['pvalue']:.3g}, detectable TV "
                              f"{tv} — {f['message']}")
                 worst = f.get("worst") or []
