@@ -16,6 +16,13 @@ their traceback.
 What the worker thread changes: torch's thread-local grad mode is carried over; the
 process-wide state (default generator, thread count, default dtype) is shared anyway.
 The cost is one thread start per call (tens of microseconds).
+
+An end-to-end engine (:class:`~specexact.decoders.engines.EndToEndEngine`) is wrapped by
+:class:`TimedEngine`, a class with the protocol's members spelled out (a runtime protocol
+check reads them statically, not through ``__getattr__``): ``load`` and ``generate`` are
+timed, ``capabilities`` and ``name`` are read directly, and ``close`` is timed but never
+raises for a hang (it runs after the audit, which must keep its results): after a hung call
+it is not called at all, since the engine's state belongs to the hung thread.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import torch
 
 from specexact.fuzz.subject import CallTimeout
 
-__all__ = ["SamplerCallTimeout", "with_call_timeout", "DEFAULT_CALL_TIMEOUT_S"]
+__all__ = ["SamplerCallTimeout", "TimedEngine", "with_call_timeout", "DEFAULT_CALL_TIMEOUT_S"]
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
 """The per-call limit of the pytest fixture and assertions (``specexact.testing``) unless
@@ -98,6 +105,43 @@ class _Timed:
         return f"with_call_timeout({self._sampler!r}, {self._limit.seconds:g})"
 
 
+class TimedEngine:
+    """An end-to-end engine with its ``load`` and ``generate`` calls limited (module
+    docstring); made by :func:`with_call_timeout`. Other attributes are the engine's."""
+
+    def __init__(self, engine, limit: _Limit):
+        self._engine = engine
+        self._limit = limit
+        self.__wrapped__ = engine
+
+    @property
+    def name(self) -> str:
+        return self._engine.name
+
+    def capabilities(self):
+        return self._engine.capabilities()
+
+    def load(self, *args, **kwargs):
+        return self._limit.call(self._engine.load, "load", args, kwargs)
+
+    def generate(self, *args, **kwargs):
+        return self._limit.call(self._engine.generate, "generate", args, kwargs)
+
+    def close(self) -> None:
+        if self._limit.hung is not None:
+            return
+        try:
+            self._limit.call(self._engine.close, "close", (), {})
+        except SamplerCallTimeout:
+            pass  # left running in its daemon thread; the audit's results come first
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def __repr__(self) -> str:
+        return f"with_call_timeout({self._engine!r}, {self._limit.seconds:g})"
+
+
 class _TimedCallable(_Timed):
     def __call__(self, *args, **kwargs):
         return self._limit.call(self._sampler, "__call__", args, kwargs)
@@ -109,7 +153,8 @@ def with_call_timeout(sampler, seconds: float | None):
     Parameters
     ----------
     sampler : callable or adapter object
-        A ``verify``-protocol callable, a logits-level adapter, a tree sampler.
+        A ``verify``-protocol callable, a logits-level adapter, a tree sampler, or an
+        end-to-end engine (wrapped by :class:`TimedEngine`).
     seconds : float or None
         The limit per call, > 0; None returns ``sampler`` itself (no limit).
 
@@ -117,7 +162,7 @@ def with_call_timeout(sampler, seconds: float | None):
     -------
     object
         A wrapper with the sampler's attributes (``capabilities``, ``name``, ...), callable
-        if the sampler is.
+        if the sampler is; a :class:`TimedEngine` for an engine.
 
     Raises
     ------
@@ -129,6 +174,10 @@ def with_call_timeout(sampler, seconds: float | None):
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
             math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"call timeout must be a positive number of seconds, got {seconds!r}")
+    from specexact.decoders.engines.protocol import is_engine
+
+    if is_engine(sampler):
+        return TimedEngine(sampler, _Limit(float(seconds), f"engine {sampler.name}"))
     name = getattr(sampler, "__qualname__", None) or type(sampler).__name__
     limit = _Limit(float(seconds), str(name))
     return (_TimedCallable if callable(sampler) else _Timed)(sampler, limit)

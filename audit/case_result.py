@@ -67,13 +67,13 @@ def defect_check(name: str, message: str, alpha: float, kind: str | None = None)
     )
 
 
-def sampler_failure(exc: BaseException, where: str, alpha: float) -> tuple[str, CheckResult]:
+def sampler_failure(exc: BaseException, where: str, alpha: float, note: str = "") -> tuple[str, CheckResult]:
     """``(defect text, defect check)`` for an exception a call of the sampler raised at
     ``where`` (e.g. ``"decoder call 3"``): a protocol violation
     (:class:`~specexact.decoders.VerifierProtocolError`), a timeout
     (:class:`~specexact.audit.call_timeout.SamplerCallTimeout`, a hang in process) or a
     crash. The text ends with the innermost :data:`TRACEBACK_FRAMES` frames of the
-    exception's traceback (the sampler's own lines)."""
+    exception's traceback (the sampler's own lines); ``note`` is added to the first line."""
     from specexact.decoders import VerifierProtocolError
 
     from .call_timeout import SamplerCallTimeout
@@ -84,7 +84,7 @@ def sampler_failure(exc: BaseException, where: str, alpha: float) -> tuple[str, 
         kind, detail = "timeout", "timeout"
     else:
         kind, detail = "crash", None
-    msg = f"{kind} in {where}: {type(exc).__name__}: {exc}"
+    msg = f"{kind} in {where}: {type(exc).__name__}: {exc}{note}"
     frames = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-TRACEBACK_FRAMES))
     return msg + "\n" + frames, defect_check("defect", msg, alpha, kind=detail)
 

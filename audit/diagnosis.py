@@ -526,12 +526,19 @@ def diagnose(report: dict) -> dict:
     combined = report.get("combined")
     if combined and not combined["passed"]:
         kinds = [s["check"].split("[", 1)[0] for s in combined["strongest"]]
+        # a combined finding read as under-accepting (audit/report.py, combined_kind): its
+        # evidence is the accepted-length checks, the acceptance rule's
+        under = any(f.get("source") == "combined" and f.get("kind") == "under_accepting"
+                    for f in report.get("findings") or [])
+        if under:
+            kinds = [k for k in kinds if k in ("accepted_length", "first_acceptance")]
         named = sorted({labels[CHECK_PARTS[k]] for k in kinds if k in CHECK_PARTS})
         notes.append(f"the combined check fails (p={combined['pvalue']:.3g}): evidence spread over several checks, "
                      "none failing on its own; the strongest are of "
                      + (", ".join(named) if named else "no part") + " (heuristic: the parts of its smallest p-values)")
         if not culprits:
-            summary = ("faulty (combined evidence, no check failing on its own): likely " + ", ".join(named)
-                       if named else "faulty (combined evidence, no check failing on its own)")
+            what = "exact but under-accepting" if under else "faulty"
+            summary = (f"{what} (combined evidence, no check failing on its own): likely " + ", ".join(named)
+                       if named else f"{what} (combined evidence, no check failing on its own)")
     return {"summary": summary, "culprits": culprits, "hardening": hardening, "parts": [parts[k] for k, _ in PARTS],
             "notes": notes}

@@ -65,7 +65,8 @@ from .errors import AuditInternalError
 from .levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
 from .sequence_checks import sequence_law_check
 
-__all__ = ["E2ERowClass", "E2ECase", "E2EKind", "CASE_KIND", "e2e_cases", "DRAFT_MODEL_METHODS", "E2E_CHECKS_PER_CLASS"]
+__all__ = ["E2ERowClass", "E2ECase", "E2EKind", "CASE_KIND", "e2e_cases", "DRAFT_MODEL_METHODS", "E2E_CHECKS_PER_CLASS",
+           "LOOKUP_METHODS", "e2e_num_checks"]
 
 DRAFT_MODEL_METHODS = ("draft_model", "draft_model_greedy")
 """Methods whose drafts come from a draft model (their acceptance has an exact law)."""
@@ -73,6 +74,13 @@ DRAFT_MODEL_METHODS = ("draft_model", "draft_model_greedy")
 E2E_CHECKS_PER_CLASS = 3
 """``sequence_law``, ``plain_sequence_law``, ``sequences_vs_plain`` (plus ``accepted_length``
 where the case checks acceptance)."""
+
+
+def e2e_num_checks(num_classes: int, num_acceptance_checked: int) -> int:
+    """Checks of an end-to-end case: :data:`E2E_CHECKS_PER_CLASS` per class, ``reproducible``,
+    and one ``accepted_length`` per class that checks acceptance (the report reads the same
+    count from a case's config)."""
+    return E2E_CHECKS_PER_CLASS * num_classes + 1 + num_acceptance_checked
 
 
 @dataclass(frozen=True)
@@ -214,9 +222,29 @@ def model_dirs(case: E2ECase) -> tuple[Path, Path]:
     return catalog_pair(case.pair)
 
 
+def mark_stale(engine, exc: BaseException) -> None:
+    """Record that ``engine`` raised ``exc`` from a call: its state is unknown (an engine may
+    hang on the next call after a crash), so :func:`ensure_loaded` closes and loads it again."""
+    try:
+        if engine in _LOADED:
+            _LOADED[engine] = ("stale", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+    except TypeError:
+        pass
+
+
+def stale_reason(engine) -> str | None:
+    """What the engine raised before its next load (:func:`mark_stale`), or None."""
+    try:
+        current = _LOADED.get(engine)
+    except TypeError:
+        return None
+    return current[1] if current is not None and current[0] == "stale" else None
+
+
 def ensure_loaded(engine, case: E2ECase) -> None:
     """Load ``engine`` for the case's configuration unless it already is (it is closed and
-    loaded again when the configuration changes)."""
+    loaded again when the configuration changes, or after a call of it raised:
+    :func:`mark_stale`)."""
     target_dir, draft_dir = model_dirs(case)
     key = (str(target_dir), str(draft_dir), case.method, case.num_draft_tokens)
     try:
@@ -318,6 +346,15 @@ def _padded(results, length: int) -> torch.Tensor:
     return out
 
 
+def _generate(engine, requests, speculative: bool):
+    """``engine.generate``; an engine that raised is marked for a fresh load (:func:`mark_stale`)."""
+    try:
+        return engine.generate(requests, speculative=speculative)
+    except Exception as exc:
+        mark_stale(engine, exc)
+        raise
+
+
 def generate_call(engine, case: E2ECase, call: int, *, speculative: bool):
     """One generate call of the case's requests for call ``call``: ``(requests, results)``.
     Raises what the engine raises; a break of the output protocol raises
@@ -326,7 +363,7 @@ def generate_call(engine, case: E2ECase, call: int, *, speculative: bool):
 
     target, _ = _target(case)
     requests = case.requests(target.eos_token_id, call)
-    results = engine.generate(requests, speculative=speculative)
+    results = _generate(engine, requests, speculative)
     bad = check_generation_results(requests, results, target.vocab_size)
     if bad is not None:
         raise VerifierProtocolError(f"{'speculative' if speculative else 'plain'} generate: {bad}")
@@ -350,10 +387,13 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
     spec, plain, first_round = [], [], []
     b = 0
     try:
+        earlier = stale_reason(engine)
         try:
             ensure_loaded(engine, case)
         except Exception as exc:  # noqa: BLE001 - an engine that cannot load the models is a defect
-            result.defect, chk = sampler_failure(exc, "engine load", false_fail_rate)
+            where = "engine load" if earlier is None else (
+                f"engine load (loading it again after an earlier call raised {earlier})")
+            result.defect, chk = sampler_failure(exc, where, false_fail_rate)
             result.checks.append(chk)
             return result
         where = "speculative generate call 0"
@@ -380,8 +420,20 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
-            result.defect, chk = sampler_failure(exc, where, false_fail_rate)
+            note, rest = "", None
+            if _is_crash(exc) and C > 1:
+                budget = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - start), 0.0)
+                note, rest = _without_crashing_classes(case, engine, shift, false_fail_rate, seed=seed,
+                                                       num_batches=num_batches, time_budget_s=budget,
+                                                       min_batches=min_batches, device=device, progress=progress,
+                                                       min_expected=min_expected)
+            result.defect, chk = sampler_failure(exc, where, false_fail_rate, note=note)
             result.checks.append(chk)
+            if rest is not None:  # the other classes, audited after the crash
+                result.checks.extend(rest.checks)
+                if rest.defect:
+                    result.defect += f"\nthen, on the other classes: {rest.defect}"
+                result.num_batches, result.num_sequences = rest.num_batches, rest.num_sequences
             return result
         result.checks.append(_reproducible(again, spec[0], again_plain, plain[0], false_fail_rate))
         all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
@@ -391,6 +443,59 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
         return result
     finally:
         result.wall_time_s = time.perf_counter() - start
+
+
+def _is_crash(exc: BaseException) -> bool:
+    """An exception the engine raised (not a hang, not a break of the output protocol)."""
+    from specexact.decoders import VerifierProtocolError
+
+    from .call_timeout import SamplerCallTimeout
+
+    return not isinstance(exc, (SamplerCallTimeout, VerifierProtocolError))
+
+
+def crashing_classes(case: E2ECase, engine, call: int) -> tuple[list[int], str | None]:
+    """The classes whose requests crash the engine when generated alone: ``(classes, note)``.
+
+    Each class's requests of call ``call`` go in a generate call of their own, speculative
+    then plain, on a freshly loaded engine after every crash (:func:`ensure_loaded`). ``note``
+    says why the search stopped early (a reload failed, a call hung), else None.
+    """
+    from .call_timeout import SamplerCallTimeout
+
+    target, _ = _target(case)
+    crashing = []
+    for c in range(len(case.row_classes)):
+        requests = case.restricted([c]).requests(target.eos_token_id, call)
+        try:
+            ensure_loaded(engine, case)
+        except Exception as exc:  # noqa: BLE001
+            return crashing, f"the engine could not be loaded again after a crash ({type(exc).__name__}: {exc})"
+        try:
+            for speculative in (True, False):
+                _generate(engine, requests, speculative)
+        except SamplerCallTimeout as exc:
+            return crashing, f"class {case.class_id(c)} alone hung ({exc})"
+        except Exception:  # noqa: BLE001 - the crash this search looks for
+            crashing.append(c)
+    return crashing, None
+
+
+def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, **run):
+    """After a crash of a call holding every class: ``(note, rest)``. The classes that crash
+    alone (:func:`crashing_classes`) are named in ``note`` (each one's request shape is its
+    replay); ``rest`` is a fresh run of the case restricted to the other classes (None when
+    none is left, no class crashes alone or the search stopped)."""
+    crashing, stopped = crashing_classes(case, engine, call)
+    named = "; ".join(f"class {case.class_id(c)} ({case.row_classes[c].describe()})" for c in crashing)
+    keep = [c for c in range(len(case.row_classes)) if c not in crashing]
+    if stopped is not None:
+        return (f"; alone, these crash: {named}" if crashing else "") + f"; {stopped}", None
+    note = f"; alone, these crash: {named}" if crashing else "; no class crashes alone (only together)"
+    if not crashing or not keep:
+        return note, None
+    note += f"; the case went on with classes {', '.join(str(case.class_id(c)) for c in keep)}"
+    return note, run_e2e_case(case.restricted(keep), engine, false_fail_rate=alpha, **run)
 
 
 def _reproducible(again, first, again_plain, first_plain, alpha: float):
@@ -458,14 +563,23 @@ def acceptance_known(caps: EngineCapabilities, method: str, rc: E2ERowClass, gam
     return True
 
 
-def _row_classes(caps: EngineCapabilities, gamma: int, seed: int) -> list[E2ERowClass]:
+LOOKUP_METHODS = ("ngram", "prompt_lookup")
+"""Methods that draft by matching the context's n-grams: their cases' prompts repeat themselves."""
+
+
+def _row_classes(caps: EngineCapabilities, gamma: int, seed: int, lookup: bool = False) -> list[E2ERowClass]:
     """Row classes within what the engine implements: plain, temperature, top-k, top-p,
     min-p, the three penalties, EOS reachable, ``min_tokens``; each with a support small enough
-    to enumerate (V=64: 3 tokens untruncated, 4 with top-k 8)."""
+    to enumerate (V=64: 3 tokens untruncated, 4 with top-k 8). With ``lookup`` (an n-gram
+    method, :data:`LOOKUP_METHODS`) each prompt of 4 random tokens ``a b c d`` is followed by
+    ``a b`` again, so the first round finds the 2-gram ``a b`` in the context and drafts from
+    what followed it (random 4-token prompts rarely repeat one: transformers' prompt lookup
+    then drafts in a few requests in a hundred and speculation is hardly tested)."""
     g = torch.Generator().manual_seed(seed)
 
     def prompt():
-        return tuple(int(t) for t in torch.randint(2, 64, (4,), generator=g))
+        base = tuple(int(t) for t in torch.randint(2, 64, (4,), generator=g))
+        return base + base[:2] if lookup else base
 
     sp = SamplingParams
     extra = int(caps.first_round_after_token)
@@ -506,7 +620,7 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
         raise ValueError(f"method {bad[0]!r} is not one engine {engine.name!r} runs; it declares {list(caps.methods)}")
     cases = []
     for m in methods:
-        classes = [rc for rc in _row_classes(caps, num_speculative_tokens, seed)
+        classes = [rc for rc in _row_classes(caps, num_speculative_tokens, seed, lookup=m in LOOKUP_METHODS)
                    if not caps.processing.unsupported(rc.params)]
         cases.append(E2ECase(
             name=f"e2e-{pair}-{m}-g{num_speculative_tokens}", pair=pair, method=m,
@@ -529,8 +643,8 @@ class E2EKind:
         return isinstance(case, E2ECase)
 
     def checks(self, case: E2ECase) -> int:
-        return (E2E_CHECKS_PER_CLASS * len(case.row_classes) + 1
-                + sum(case.acceptance_checked(c) for c in range(len(case.row_classes))))
+        C = len(case.row_classes)
+        return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)))
 
     def restrict(self, case: E2ECase, engine):
         if not is_engine(engine):
@@ -568,7 +682,7 @@ class E2EKind:
             return
         if rows is not None:
             target, _ = _target(case)
-            engine.generate(case.requests(target.eos_token_id, 0)[:rows], speculative=True)
+            _generate(engine, case.requests(target.eos_token_id, 0)[:rows], True)
             return
         generate_call(engine, case, 0, speculative=True)
         generate_call(engine, case, 0, speculative=False)

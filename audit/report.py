@@ -16,12 +16,14 @@ from specexact.exactness.budget import benjamini_hochberg
 
 from .combined import combined_check
 from .decisions_checks import DECISION_CHECK_NAMES, DECISION_CHECKS
+from .e2e_case import e2e_num_checks
 from .diagnosis import diagnose
 from .tiers import fails, tier_counts, tier_of, tier_of_check
 from .verify_case import VERIFY_CHECKS
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histograms", "add_diagnosis",
-           "acceptance_rows", "lossy_measurements", "under_accepting", "fuzz_report_findings", "report_findings"]
+           "acceptance_rows", "lossy_measurements", "under_accepting", "combined_kind", "fuzz_report_findings",
+           "report_findings"]
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
@@ -32,6 +34,9 @@ SCHEMA_VERSION = "1.7"
 def _checks_of(config: dict) -> int:
     if config.get("kind") == "verify":
         return VERIFY_CHECKS
+    if config.get("kind") == "e2e":  # audit/e2e_case.py, E2EKind.checks
+        return e2e_num_checks(len(config.get("row_classes") or []),
+                              sum(bool(a) for a in config.get("check_acceptance") or []))
     return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1]) + DECISION_CHECKS
 
 
@@ -113,6 +118,9 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
     # combined share too (audit/combined.py)
     share = float((settings.get("combination") or {}).get("share", 0.0))
     rate = alpha * _checks_of(case.get("config", {})) / (1.0 - share)
+    threads = (settings.get("threads") or {}).get("threads")
+    if case.get("config", {}).get("kind") == "e2e":
+        return _e2e_reproduction(case, settings, sampler, nb, alpha, rate, threads)
     parts = ["specexact", "audit", "--sampler", _shell_quote(sampler["name"]), "--seed", str(settings["seed"]),
              "--case", case["name"], "--batches", str(nb), "--false-fail-rate", f"{rate:.6g}"]
     if settings.get("case_set") == "quick":
@@ -121,7 +129,6 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         parts += ["--device", settings["device"]]
     if execution.get("isolated") or _finding_kind(case, {"name": "defect", "details": {}}) in ("timeout",):
         parts.append("--isolate")
-    threads = (settings.get("threads") or {}).get("threads")
     if threads:  # the thread count can change the floats, hence the samples
         parts += ["--threads", str(int(threads))]
     if "fuzz" in (case.get("config", {}).get("tags") or []):
@@ -144,6 +151,80 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
         ),
         "case_seed": case.get("seed"),
         "batch_size": case.get("config", {}).get("batch_size"),
+        "num_batches": nb,
+        "per_check_false_fail_rate": alpha,
+        "false_fail_rate": float(f"{rate:.6g}"),
+        "threads": int(threads) if threads else None,
+    }
+
+
+ENGINE_SAMPLER_PREFIX = "engine-"
+"""An engine audit's sampler name is ``engine-`` and the ``--engine`` value (cli/cli_audit.py)."""
+
+
+def _engine_name(sampler: dict) -> str:
+    """The ``--engine`` value that names the audited engine again: the sampler's name without
+    :data:`ENGINE_SAMPLER_PREFIX` when that is a registered name (or no target says more),
+    else the sampler's ``MODULE:CLASS`` target (``--engine MODULE:CLASS``, and
+    ``specexact.testing.audit_engine`` of an engine that no entry point names)."""
+    from specexact.decoders.engines.registry import engine_names
+
+    name = sampler["name"]
+    name = name[len(ENGINE_SAMPLER_PREFIX):] if name.startswith(ENGINE_SAMPLER_PREFIX) else name
+    target = str(sampler.get("target") or "")
+    if name in engine_names() or ":" not in target:
+        return name
+    return target
+
+
+def _engine_arguments(sampler: dict, configs: Sequence[dict]) -> list[str]:
+    """``specexact audit`` arguments that select an engine audit's cases again: ``--engine``
+    (the sampler's name without :data:`ENGINE_SAMPLER_PREFIX`), ``--method`` when the cases
+    share one, ``--pair`` and ``--requests-per-class``."""
+    parts = ["--engine", _shell_quote(_engine_name(sampler))]
+    methods = sorted({c.get("method") for c in configs})
+    if len(methods) == 1:
+        parts += ["--method", str(methods[0])]
+    pairs = sorted({c.get("pair") for c in configs})
+    if len(pairs) == 1:
+        parts += ["--pair", str(pairs[0])]
+    sizes = sorted({int(c.get("requests_per_class") or 0) for c in configs})
+    if len(sizes) == 1 and sizes[0]:
+        parts += ["--requests-per-class", str(sizes[0])]
+    return parts
+
+
+def _e2e_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha: float, rate: float,
+                      threads: int | None) -> dict:
+    """The reproduction of an end-to-end case: ``--engine`` with the case's method, pair and
+    requests per class (no ``--case`` names it: :func:`~specexact.audit.e2e_case.e2e_cases`
+    makes it from the engine), the case's calls and the rate that gives the same per-check
+    rate; the Python rebuilds the case from the engine."""
+    config = case.get("config", {})
+    engine = _engine_name(sampler)
+    parts = (["specexact", "audit"] + _engine_arguments(sampler, [config])
+             + ["--seed", str(settings["seed"]), "--batches", str(nb), "--false-fail-rate", f"{rate:.6g}"])
+    if settings.get("device"):
+        parts += ["--device", settings["device"]]
+    if threads:
+        parts += ["--threads", str(int(threads))]
+    return {
+        "command": " ".join(parts),
+        "python": (
+            (f"import torch\ntorch.set_num_threads({int(threads)})\n" if threads else "")
+            + "from specexact.audit import run_case\n"
+            "from specexact.audit.e2e_case import e2e_cases\n"
+            "from specexact.decoders.engines.registry import resolve_engine\n"
+            f"engine, _ = resolve_engine({engine!r})\n"
+            f"case = next(c for c in e2e_cases(engine, {config.get('method')!r}, pair={config.get('pair')!r}, "
+            f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, "
+            f"requests_per_class={config.get('requests_per_class')!r}) if c.name == {case['name']!r})\n"
+            f"result = run_case(case, engine, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
+            f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
+            "print(result.defect or [str(c) for c in result.checks])"
+        ),
+        "case_seed": case.get("seed"),
+        "batch_size": config.get("batch_size"),
         "num_batches": nb,
         "per_check_false_fail_rate": alpha,
         "false_fail_rate": float(f"{rate:.6g}"),
@@ -377,7 +458,8 @@ def build_report(
             })
     combined = _combined(flat, settings)
     if combined is not None and not combined["passed"]:
-        findings.append(_combined_finding(combined, settings, sampler))
+        findings.append(_combined_finding(combined, settings, sampler, combined_kind(flat, case_dicts, combined),
+                                          [c.get("config", {}) for c in case_dicts]))
     if fuzz is not None:  # each fuzz finding with its tier, also in the fuzz section
         fuzz = {**fuzz, "findings": [{**f, "tier": tier_of(f)} for f in fuzz.get("findings") or []]}
     findings += fuzz_report_findings(fuzz, sampler)
@@ -428,16 +510,67 @@ def _combined(flat: list, settings: dict) -> dict | None:
     return combined_check(flat, float(comb["false_fail_rate"]) / count)
 
 
-def _combined_finding(combined: dict, settings: dict, sampler: dict) -> dict:
-    """The finding of a failing combined check: tier ``inexact``; its reproduction reruns the
-    whole audit (same seed, false-fail rate and sample sizes)."""
+def combined_kind(flat: Sequence[dict], case_dicts: Sequence[dict], combined: dict) -> str:
+    """The kind of a failing combined check's finding: ``under_accepting`` or ``inexactness``.
+
+    The combined check mixes the accepted-length checks' p-values with the law checks'. Its
+    failure is read as *exact but under-accepting* (as :func:`under_accepting` reads one
+    accepted-length check) when the acceptance evidence that makes it fail reads below the
+    law: the same combination (same members, same threshold) *without* the accepted-length
+    checks passes, and the combination of the law checks and only those accepted-length
+    checks whose mean lies below their law's, in cases whose law checks all pass, still
+    fails. Otherwise (the law checks' evidence alone suffices, or the acceptance evidence
+    that matters reads above the law or lies in a case with a failing law check) it is
+    ``inexactness``. Only the tier's reading changes: whether the audit fails is decided by
+    the combined check alone, so a correct sampler's false-fail rate is unchanged.
+
+    Parameters
+    ----------
+    flat : sequence of dict
+        The report's flat checks (``case``, ``name``, ``pvalue``, ``passed``, ``dof``,
+        ``detectable_tv``, ``details``).
+    case_dicts : sequence of dict
+        The report's cases (``name``, ``checks``).
+    combined : dict
+        The failing combined check (:func:`~specexact.audit.combined.combined_check`).
+
+    Returns
+    -------
+    str
+    """
+    rate = float(combined["false_fail_rate"])
+    law = [c for c in flat if not _is_accepted_length(c)]
+    if not combined_check(law, rate)["passed"]:
+        return "inexactness"
+    cases = {c["name"]: c for c in case_dicts}
+
+    def reads_below(chk: dict) -> bool:
+        below = _acceptance_below(chk)
+        case = cases.get(chk["case"])
+        return below is not None and below[0] < below[1] and case is not None and _law_checks_pass(case)
+
+    under = [c for c in flat if _is_accepted_length(c) and reads_below(c)]
+    return "inexactness" if combined_check(law + under, rate)["passed"] else "under_accepting"
+
+
+def _combined_finding(combined: dict, settings: dict, sampler: dict, kind: str = "inexactness",
+                      configs: Sequence[dict] = ()) -> dict:
+    """The finding of a failing combined check, of ``kind`` (:func:`combined_kind`; tier
+    ``inexact`` or ``under_accepting``); its reproduction reruns the whole audit (same seed,
+    false-fail rate and sample sizes; an engine audit, all of whose case ``configs`` are
+    end-to-end, with ``--engine`` and the cases' method, pair and requests per class)."""
+    engine = bool(configs) and all(c.get("kind") == "e2e" for c in configs)
     strongest = ", ".join(f"{s['case']} / {s['check']} p={s['pvalue']:.3g}" for s in combined["strongest"])
     message = (f"combined: the Cauchy combination of {combined['num_pvalues']} checks' p-values is "
                f"p={combined['pvalue']:.3g} <= {combined['false_fail_rate']:.3g}: evidence spread over several checks, "
                f"none of which fails on its own"
                + (f" (the {combined['neutralised']} that fail on their own left out)" if combined["neutralised"] else "")
                + f"; strongest: {strongest}")
-    parts = ["specexact", "audit", "--sampler", _shell_quote(sampler["name"]), "--seed", str(settings["seed"]),
+    if kind == "under_accepting":
+        message += ("; under-accepting: without the accepted-length checks the combination passes, and their "
+                    "evidence that makes it fail reads below the law, in cases whose law checks all pass")
+    selects = _engine_arguments(sampler, configs) if engine else ["--sampler", _shell_quote(sampler["name"])]
+    parts = ["specexact", "audit", *selects, "--seed", str(settings["seed"]),
              "--false-fail-rate", f"{settings['false_fail_rate']:.6g}"]
     if settings.get("num_batches"):
         parts += ["--batches", str(int(settings["num_batches"]))]
@@ -445,9 +578,23 @@ def _combined_finding(combined: dict, settings: dict, sampler: dict) -> dict:
         parts.append("--quick")
     if settings.get("device"):
         parts += ["--device", settings["device"]]
-    python = ("from specexact.audit import resolve_sampler, run_audit\n"
-              f"verifier, _ = resolve_sampler({sampler['name']!r})\n"
-              f"report = run_audit(verifier, seed={settings['seed']!r}, false_fail_rate={settings['false_fail_rate']!r}, "
+    if engine:
+        methods = sorted({c.get("method") for c in configs})
+        first = configs[0]
+        load = ("from specexact.audit import run_audit\n"
+                "from specexact.audit.e2e_case import e2e_cases\n"
+                "from specexact.decoders.engines.registry import resolve_engine\n"
+                f"verifier, _ = resolve_engine({_engine_name(sampler)!r})\n"
+                f"cases = e2e_cases(verifier, {methods[0] if len(methods) == 1 else None!r}, "
+                f"pair={first.get('pair')!r}, "
+                f"num_speculative_tokens={first.get('num_speculative_tokens')!r}, "
+                f"requests_per_class={first.get('requests_per_class')!r})\n")
+        cases = "cases=cases, "
+    else:
+        load = ("from specexact.audit import resolve_sampler, run_audit\n"
+                f"verifier, _ = resolve_sampler({sampler['name']!r})\n")
+        cases = ""
+    python = (load + f"report = run_audit(verifier, {cases}seed={settings['seed']!r}, false_fail_rate={settings['false_fail_rate']!r}, "
               f"num_batches={settings.get('num_batches')!r}, budget_s={settings.get('budget_s')!r}, "
               f"device={settings.get('device') or 'cpu'!r})\n"
               "print(report['combined'])")
@@ -455,8 +602,8 @@ def _combined_finding(combined: dict, settings: dict, sampler: dict) -> dict:
         "source": "combined",
         "case": "(all cases)",
         "check": "combined",
-        "kind": "inexactness",
-        "tier": "inexact",
+        "kind": kind,
+        "tier": tier_of_check("combined", kind),
         "message": message,
         "pvalue": combined["pvalue"],
         "worst": [],

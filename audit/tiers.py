@@ -67,7 +67,8 @@ CHECK_TIERS = {
     "plain_sequence_law": "inexact", "sequences_vs_plain": "inexact", "reproducible": "defect",
     # a crash, hang or protocol violation of a case
     "defect": "defect",
-    # evidence spread over several checks (the audit's combined check, audit/combined.py)
+    # evidence spread over several checks (the audit's combined check, audit/combined.py);
+    # under-accepting by its kind where that is its evidence (audit/report.py, combined_kind)
     "combined": "inexact",
 }
 """The tier of a failing check, by check type (the name before ``[``)."""

@@ -10,7 +10,11 @@ end-to-end audit (:mod:`specexact.audit.e2e_case`) must find it:
   the target is verified at temperature 1;
 - :class:`SeedIgnored`: every call draws fresh randomness, whatever the requests' seeds;
 - :class:`BonusFromWrongPosition`: on full acceptance the bonus token comes from ``p_γ``
-  (the last draft's position) instead of ``p_{γ+1}``.
+  (the last draft's position) instead of ``p_{γ+1}``;
+- :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
+  raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
+  ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
+  and audit the others.
 
 :data:`E2E_WRONG` maps names to the classes; ``tests/audit/test_zoo_e2e.py`` asserts each is
 caught, with the tier and the check that names it.
@@ -25,7 +29,8 @@ import torch
 from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.decoders.params import SamplingParams
 
-__all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "E2E_WRONG"]
+__all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
+           "E2E_WRONG"]
 
 
 class _Shifted:
@@ -86,10 +91,34 @@ class BonusFromWrongPosition(BuiltinEngine):
         return bonus_from_last_draft_position
 
 
+class CrashesOnTopK(BuiltinEngine):
+    """Speculative calls with a top-k request raise; every call raises after a crash until
+    :meth:`load` runs again (a broken engine state)."""
+
+    name = "zoo-e2e:crashes_on_top_k"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.broken = False
+
+    def load(self, *args, **kwargs) -> None:
+        self.broken = False
+        super().load(*args, **kwargs)
+
+    def generate(self, requests, *, speculative):
+        if self.broken:
+            raise RuntimeError("engine state broken by an earlier crash")
+        if speculative and any(r.params.top_k for r in requests):
+            self.broken = True
+            raise RuntimeError("index 1592825856 is out of bounds for dimension 1 with size 64")
+        return super().generate(requests, speculative=speculative)
+
+
 E2E_WRONG = {
     "logits_one_position_off": LogitsOnePositionOff,
     "temperature_on_drafts_only": TemperatureOnDraftsOnly,
     "seed_ignored": SeedIgnored,
     "bonus_from_wrong_position": BonusFromWrongPosition,
+    "crashes_on_top_k": CrashesOnTopK,
 }
 """The planted end-to-end faults by name."""

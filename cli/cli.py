@@ -80,10 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--method", default=None, metavar="METHOD",
                    help="with --engine: the drafting method (draft_model, draft_model_greedy, ngram, prompt_lookup; "
                         "default: every method the engine declares)")
-    a.add_argument("--pair", default="llama-v64", metavar="NAME",
+    a.add_argument("--pair", default=None, metavar="NAME",
                    help="with --engine: the tiny target/draft pair (specexact.decoders.tiny_models.CATALOG; "
                         "default: llama-v64)")
-    a.add_argument("--requests-per-class", type=int, default=256, metavar="N",
+    a.add_argument("--requests-per-class", type=int, default=None, metavar="N",
                    help="with --engine: requests of each row class per generate call (default: 256)")
     a.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="time for the audit (of this shard): sample sizes are planned from the power functions "

@@ -147,11 +147,12 @@ def _engine_and_cases(args):
     if args.case:
         raise CliError("--case selects verify-level, decoder or tree cases; with --engine the cases are the "
                        "engine's end-to-end cases (choose them with --method and --pair)")
-    if args.requests_per_class < 2:
+    if args.requests_per_class is not None and args.requests_per_class < 2:
         raise CliError(f"--requests-per-class must be >= 2, got {args.requests_per_class}")
+    given = {k: v for k, v in (("pair", args.pair), ("requests_per_class", args.requests_per_class)) if v is not None}
     try:
         engine, target = resolve_engine(args.engine)
-        cases = e2e_cases(engine, args.method, pair=args.pair, requests_per_class=args.requests_per_class)
+        cases = e2e_cases(engine, args.method, **given)  # e2e_cases' defaults otherwise
     except (EngineError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     return engine, target, cases
@@ -342,6 +343,11 @@ def audit_command(args) -> int:
     device = _device(args.device)
     import_path_as_python_m()
     sampler_name = args.sampler
+    given = [flag for flag, value in (("--method", args.method), ("--pair", args.pair),
+                                      ("--requests-per-class", args.requests_per_class)) if value is not None]
+    if args.engine is None and given:
+        raise CliError(f"{', '.join(given)} select an engine's end-to-end cases: give --engine too (a verify "
+                       "function's cases are chosen with --case)")
     if args.engine is not None:  # the engine's own generate loop: end-to-end cases only
         verifier, target, cases = _engine_and_cases(args)
         sampler_name = f"engine-{args.engine}"
@@ -375,16 +381,15 @@ def audit_command(args) -> int:
         raise CliError(str(exc)) from exc
 
     display = _Display(console, quiet=args.quiet, budget_mode=args.batches is None, budget_s=budget)
+    # every call limited (an engine: its load and generate calls, audit.call_timeout.TimedEngine)
+    sampler = with_call_timeout(verifier, getattr(args, "call_timeout", None) or None)
     try:
         with _sigterm_as_interrupt(), display.progress:
             try:
-                # an engine is called in its own generate loop, not wrapped (the timeout wraps verify functions)
-                sampler = verifier if args.engine is not None else with_call_timeout(
-                    verifier, getattr(args, "call_timeout", None) or None)
                 report = run_audit(sampler, settings, on_status=display)
             finally:
                 if args.engine is not None:
-                    verifier.close()
+                    sampler.close()
     except KeyboardInterrupt:
         if display.journal and held_journal(display.journal) is not None:
             held_journal(display.journal).close()

@@ -18,17 +18,24 @@ import pytest
 
 from .assertions import AuditResult
 
-__all__ = ["audit_engine", "assert_engine_exact", "specexact_engine_check", "DEFAULT_ENGINE_BATCHES"]
+__all__ = ["audit_engine", "assert_engine_exact", "specexact_engine_check", "DEFAULT_ENGINE_BATCHES",
+           "DEFAULT_ENGINE_CALL_TIMEOUT_S"]
 
 DEFAULT_ENGINE_BATCHES = 2
 """Generate calls per case (each a speculative and a plain call) when neither ``batches`` nor
 ``budget_s`` is given."""
 
+DEFAULT_ENGINE_CALL_TIMEOUT_S = 300.0
+"""Seconds one ``load`` or ``generate`` call may take (``call_timeout_s``) before it counts as
+a hang: a ``load`` imports and starts the engine (vLLM: 40-90 s on two busy cores), a
+``generate`` call runs a few thousand requests."""
+
 
 def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", requests_per_class: int = 128,
                  num_speculative_tokens: int = 2, batches: int | None = None, budget_s: float | None = None,
                  false_fail_rate: float = 1e-6, seed: int = 0, threads: int | None = 1,
-                 sampler_name: str | None = None) -> AuditResult:
+                 sampler_name: str | None = None,
+                 call_timeout_s: float | None = DEFAULT_ENGINE_CALL_TIMEOUT_S) -> AuditResult:
     """Audit an engine's own speculative generation end to end; return the result.
 
     Parameters
@@ -55,6 +62,10 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
         Torch threads (default 1: the engine's own threads are its business).
     sampler_name : str, optional
         The engine's name in the report (default ``engine-<engine.name>``).
+    call_timeout_s : float or None
+        Seconds one ``load`` or ``generate`` call may take before it counts as a hang (a
+        defect of kind ``timeout``; the engine is not called again:
+        :class:`specexact.audit.call_timeout.TimedEngine`); None: no limit.
 
     Returns
     -------
@@ -65,9 +76,11 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
     TypeError
         ``engine`` is not an end-to-end engine.
     ValueError
-        Both ``batches`` and ``budget_s``, or a method the engine does not declare.
+        Both ``batches`` and ``budget_s``, a method the engine does not declare, or a
+        ``call_timeout_s`` that is not a positive number.
     """
     from specexact.audit import AuditSettings, run_audit
+    from specexact.audit.call_timeout import with_call_timeout
     from specexact.audit.e2e_case import e2e_cases
     from specexact.decoders.engines import is_engine
 
@@ -80,13 +93,15 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
     cases = e2e_cases(engine, method, pair=pair, num_speculative_tokens=num_speculative_tokens,
                       requests_per_class=requests_per_class, seed=seed)
     name = sampler_name or f"engine-{engine.name}"
-    settings = AuditSettings(sampler_name=name, sampler_target=name, cases=tuple(cases), false_fail_rate=false_fail_rate,
+    target = f"{type(engine).__module__}:{type(engine).__qualname__}"  # what --engine resolves again
+    settings = AuditSettings(sampler_name=name, sampler_target=target, cases=tuple(cases), false_fail_rate=false_fail_rate,
                              budget_s=budget_s if batches is None else None, num_batches=batches, seed=seed,
                              threads=threads, fuzz=False)
+    timed = with_call_timeout(engine, call_timeout_s)
     try:
-        return AuditResult(run_audit(engine, settings))
+        return AuditResult(run_audit(timed, settings))
     finally:
-        engine.close()
+        timed.close()
 
 
 def assert_engine_exact(engine, **kwargs) -> AuditResult:

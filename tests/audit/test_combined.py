@@ -145,3 +145,57 @@ def test_combined_check_of_the_briefs_pvalues():
     assert comb["pvalue"] == pytest.approx(2.25e-7, rel=0.01) and not comb["passed"]
     with pytest.raises(ValueError, match="false_fail_rate must be in"):
         combined_check(checks, 0.0)
+
+
+def _changed(report, **changes):
+    """The report's cases with checks changed: ``name=(pvalue, passed, mean accepted length or None)``."""
+    cases = copy.deepcopy(report["cases"])
+    found = set()
+    for case in cases:
+        for chk in case["checks"]:
+            key = chk["name"].replace("[class ", "_").replace("]", "")
+            if key in changes:
+                pvalue, passed, mean = changes[key]
+                chk.update(pvalue=pvalue, passed=passed)
+                if mean is not None:
+                    chk["details"] = {**chk["details"], "mean_accepted_length": mean}
+                found.add(key)
+    assert found == set(changes)
+    return cases
+
+
+# One accepted-length check at p = 2e-8 (above its own chi-square level, (0.5e-6 / 14) / 3 =
+# 1.2e-8, so it passes on its own) makes the combination of the 11 checks with power fail
+# (p ~ 11 * 2e-8 = 2.2e-7 <= 5e-7). Its law's mean accepted length in this case: ~0.90.
+P_SPREAD = 2e-8
+
+
+def test_combined_evidence_of_under_acceptance_reads_under_accepting(small_report):
+    assert small_report["settings"]["num_checks"] == 14
+    new = rebuild(small_report, _changed(small_report, accepted_length_0=(P_SPREAD, True, 0.5)))
+    assert new["verdict"] == "fail" and not new["combined"]["passed"]
+    [finding] = new["findings"]
+    assert finding["source"] == "combined"
+    assert finding["kind"] == "under_accepting" and finding["tier"] == "under_accepting"
+    assert "under-accepting" in finding["message"]
+    assert new["tiers"] == {"inexact": 0, "defect": 0, "under_accepting": 1, "hardening": 0}
+    assert new["diagnosis"]["summary"].startswith("exact but under-accepting (combined evidence")
+    validate_report(new)
+
+
+@pytest.mark.parametrize("changes", [
+    # the acceptance evidence reads above the law: not under-acceptance
+    {"accepted_length_0": (P_SPREAD, True, 1.5)},
+    # the law checks' evidence alone makes the combination fail
+    {"accepted_length_0": (P_SPREAD, True, 0.5), "sequence_law_1": (P_SPREAD, True, None)},
+    # a law check of the case fails on its own (neutralised in the combination)
+    {"accepted_length_0": (P_SPREAD, True, 0.5), "sequence_law_1": (1e-30, False, None)},
+], ids=["above-the-law", "law-evidence", "law-check-fails"])
+def test_other_combined_evidence_reads_inexact(small_report, changes):
+    new = rebuild(small_report, _changed(small_report, **changes))
+    assert new["verdict"] == "fail" and not new["combined"]["passed"]
+    [finding] = [f for f in new["findings"] if f["source"] == "combined"]
+    assert finding["kind"] == "inexactness" and finding["tier"] == "inexact"
+    assert "under-accepting" not in finding["message"]
+    assert new["tiers"]["under_accepting"] == 0
+    validate_report(new)

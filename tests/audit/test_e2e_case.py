@@ -92,3 +92,59 @@ def test_case_layout_errors_name_the_field():
     with pytest.raises(ValueError, match="check_acceptance has 1 entries for 8 classes"):
         replace(CASE, check_acceptance=(True,))
     assert isinstance(CASE, E2ECase) and CASE.batch_size == 8 * 128
+
+
+def test_a_findings_reproduction_reruns_the_engines_case_at_the_same_per_check_rate(tmp_path):
+    # An engine audit as the CLI runs it (sampler "engine-<NAME>"), one check planted failing:
+    # its finding's command must select the same end-to-end case with --engine (no --case names
+    # it) and give the same per-check rate; the combined finding's command the same audit.
+    import copy
+    import shlex
+
+    from specexact.audit.report import build_report
+    from specexact.cli import main
+
+    small = e2e_cases(BuiltinEngine(), "draft_model", requests_per_class=2)[0]
+    report = run_audit(BuiltinEngine(), cases=[small], num_batches=2, budget_s=None, false_fail_rate=1e-6,
+                       sampler_name="engine-builtin", fuzz=False)
+    cases = copy.deepcopy(report["cases"])
+    chk = next(c for c in cases[0]["checks"] if c["name"].startswith("sequence_law"))
+    chk.update(pvalue=1e-30, passed=False)
+    new = build_report(cases, sampler=report["sampler"], settings=report["settings"],
+                       environment=report["environment"], started_at=report["started_at"],
+                       finished_at=report["finished_at"], wall_time_s=report["wall_time_s"])
+    [finding] = new["findings"]
+    command = shlex.split(finding["reproduction"]["command"])
+    assert command[:4] == ["specexact", "audit", "--engine", "builtin"] and "--case" not in command
+    for flag, value in [("--method", "draft_model"), ("--pair", small.pair), ("--requests-per-class", "2")]:
+        assert command[command.index(flag) + 1] == value
+    out = tmp_path / "again.json"
+    main(command[1:] + ["--json", str(out), "--report-dir", str(tmp_path), "--no-html", "--quiet", "--no-journal"])
+    import json
+
+    again = json.loads(out.read_text())
+    assert [c["name"] for c in again["cases"]] == [small.name]
+    assert again["settings"]["num_checks"] == checks_per_case(small) == report["settings"]["num_checks"]
+    assert again["settings"]["per_check_false_fail_rate"] == pytest.approx(
+        report["settings"]["per_check_false_fail_rate"], rel=1e-5)
+    assert again["cases"][0]["num_batches"] == finding["reproduction"]["num_batches"]
+    # the Python reproduction names the same engine and case
+    python = finding["reproduction"]["python"]
+    assert "resolve_engine('builtin')" in python and repr(small.name) in python
+
+
+@pytest.mark.parametrize("method", ["ngram", "prompt_lookup"])
+def test_lookup_methods_get_prompts_that_repeat_a_2gram(method):
+    # Random 4-token prompts rarely repeat a token: an n-gram method then drafts in a few
+    # requests in a hundred (transformers' prompt lookup, measured) and speculation goes untested.
+    class Lookup(BuiltinEngine):
+        def capabilities(self):
+            return replace(super().capabilities(), methods=("draft_model", method))
+
+    [lookup] = e2e_cases(Lookup(), method)
+    [drafted] = e2e_cases(Lookup(), "draft_model")
+    assert len(lookup.row_classes) == len(drafted.row_classes) == 8
+    for rc, plain in zip(lookup.row_classes, drafted.row_classes):
+        # the same random tokens, then the first 2-gram again: the context holds it, followed by γ tokens
+        assert rc.prompt == plain.prompt + plain.prompt[:2] and len(plain.prompt) == 4
+        assert rc.params == plain.params and rc.max_tokens == plain.max_tokens

@@ -13,6 +13,7 @@ EXPECTED = {  # the check type that must fail, its tier, and the diagnosis part
     "temperature_on_drafts_only": ("sequence_law", "inexact", "emitted_law"),
     "seed_ignored": ("reproducible", "defect", "reproducibility"),
     "bonus_from_wrong_position": ("sequence_law", "inexact", "emitted_law"),
+    "crashes_on_top_k": ("defect", "defect", "protocol"),
 }
 
 
@@ -34,3 +35,55 @@ def test_planted_end_to_end_fault_is_caught(name, alpha):
     assert part in report["diagnosis"]["culprits"], report["diagnosis"]["summary"]
     if name != "seed_ignored":  # the engine's plain sampling is right: only speculation changed the law
         assert not any(f["check"].startswith("plain_sequence_law") for f in report["findings"])
+
+
+@pytest.mark.statistical(checks=0)  # the crash is exact; the other classes' checks run at the case's rate
+def test_the_classes_that_crash_are_named_and_the_others_audited(alpha):
+    from specexact.audit.zoo_e2e import CrashesOnTopK
+
+    engine = CrashesOnTopK()
+    (case,) = e2e_cases(engine, "draft_model", requests_per_class=64)
+    top_k = [case.class_id(c) for c, rc in enumerate(case.row_classes) if rc.params.top_k]
+    others = [case.class_id(c) for c, rc in enumerate(case.row_classes) if not rc.params.top_k]
+    assert top_k and others
+    report = run_audit(engine, cases=[case], num_batches=2, budget_s=None, false_fail_rate=alpha * checks_per_case(case),
+                       sampler_name=engine.name, fuzz=False)
+    (rep,) = report["cases"]
+    assert rep["defect"].startswith("crash in speculative generate call 0")
+    first = rep["defect"].splitlines()[0]
+    assert all(f"class {c} (" in first for c in top_k) and not any(f"class {c} (" in first for c in others)
+    assert f"went on with classes {', '.join(map(str, others))}" in first
+    # the other classes were audited: their law checks ran on sequences, and they pass
+    names = {c["name"]: c for c in rep["checks"]}
+    for c in others:
+        assert names[f"sequence_law[class {c}]"]["passed"], names[f"sequence_law[class {c}]"]
+    assert rep["num_sequences"] == 2 * 64 * len(others)
+    assert [f["tier"] for f in report["findings"]] == ["defect"]
+    # its replay is the engine's end-to-end audit of the same case, not a verify-level one
+    command = report["findings"][0]["reproduction"]["command"]
+    assert command.startswith("specexact audit --engine ") and "--method draft_model --pair llama-v64" in command
+    assert "--requests-per-class 64" in command and "--case" not in command
+
+
+@pytest.mark.statistical(checks=0)  # exact: a crash and a failed load
+def test_a_load_that_fails_after_a_crash_names_the_crash(alpha):
+    from specexact.audit.zoo_e2e import CrashesOnTopK
+
+    class LoadsOnce(CrashesOnTopK):  # vLLM after numba: no second engine in the process
+        loads = 0
+
+        def load(self, *args, **kwargs):
+            LoadsOnce.loads += 1
+            if LoadsOnce.loads > 1:
+                raise AttributeError("'_lib_fn_wrapper' object has no attribute 'get'")
+            super().load(*args, **kwargs)
+
+    engine = LoadsOnce()
+    (case,) = e2e_cases(engine, "draft_model", requests_per_class=16)
+    report = run_audit(engine, cases=[case], num_batches=2, budget_s=None, false_fail_rate=alpha,
+                       sampler_name=engine.name, fuzz=False)
+    (rep,) = report["cases"]
+    first = rep["defect"].splitlines()[0]
+    # the crash, then the failed load; the search for the crashing classes stopped there
+    assert first.startswith("crash in speculative generate call 0: RuntimeError: index"), first
+    assert "could not be loaded again after a crash (AttributeError" in first and "crashes alone" not in first, first

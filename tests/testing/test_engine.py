@@ -52,3 +52,43 @@ def test_the_fixture_follows_the_session_budget_and_fails_a_planted_fault(pytest
     result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*reproducible*"])
+
+
+class _HangsOnSpeculativeGenerate(BuiltinEngine):
+    """A correct engine whose speculative generate call never returns (well: after 20 s)."""
+
+    name = "hangs"
+
+    def generate(self, requests, *, speculative):
+        if speculative:
+            import time
+
+            time.sleep(20)
+        return super().generate(requests, speculative=speculative)
+
+
+def test_a_hanging_generate_call_is_a_timeout_defect_and_the_audit_ends():
+    import time
+
+    from specexact.audit.call_timeout import TimedEngine, with_call_timeout
+    from specexact.decoders.engines import is_engine
+
+    engine = _HangsOnSpeculativeGenerate()
+    timed = with_call_timeout(engine, 1.0)
+    assert isinstance(timed, TimedEngine) and is_engine(timed) and timed.name == "hangs"
+    start = time.perf_counter()
+    result = audit_engine(engine, method="draft_model", requests_per_class=8, call_timeout_s=1.0)
+    # the pilot's or the case's first speculative call hangs: 1 s each, not 20
+    assert time.perf_counter() - start < 15
+    assert not result.passed and result.tiers["defect"] >= 1
+    assert "timeout" in result.message or "no result within" in result.message, result.message
+    with pytest.raises(ValueError, match="call timeout"):
+        audit_engine(BuiltinEngine(), call_timeout_s=-1.0)
+
+
+@pytest.mark.statistical(checks=0)  # a planted fault risks only a false pass
+def test_the_replay_of_an_engine_audited_from_python_names_its_class(alpha):
+    result = audit_engine(SeedIgnored(), method="draft_model", requests_per_class=16, false_fail_rate=alpha)
+    commands = {f["reproduction"]["command"] for f in result.report["findings"]}
+    assert commands and all(c.startswith("specexact audit --engine specexact.audit.zoo_e2e:SeedIgnored ")
+                            for c in commands), commands

@@ -204,8 +204,9 @@ def test_speculative_sampling_is_reproducible(engine, request):
 @pytest.mark.statistical(checks=1)
 def test_first_token_follows_the_exact_law(engine, pair, alpha):
     # The first token of a speculative request is the prefill step's (vLLM samples it before
-    # the first round): its law is the target's processed law after the prompt.
-    params = SamplingParams(temperature=0.8, top_k=20, repetition_penalty=1.2)
+    # the first round): its law is the target's processed law after the prompt. (Top-k
+    # requests crash the speculative engine on the CPU route: test_top_k_requests_return.)
+    params = SamplingParams(temperature=0.8, repetition_penalty=1.2)
     n = 4000
     reqs = [GenerationRequest(PROMPT, params, max_tokens=2, seed=10_000 + i) for i in range(n)]
     results = engine.generate(reqs, speculative=True)
@@ -232,3 +233,19 @@ def test_second_token_follows_the_exact_law(engine, pair, alpha, request):
     counts = np.bincount([r.token_ids[1] for r in results], minlength=64)
     res = chisquare_gof(counts, ref, false_fail_rate=alpha)
     assert res.passed, (res.pvalue, res.worst)
+
+
+TOPK_CRASH = ("finding: a speculative call of top-k requests raises (RuntimeError in vLLM's top-k sampler: the "
+              "CPU expand_kernel override leaves the draft positions' top-k uninitialised); "
+              "scripts/replays/vllm_e2e_topk_crash.py")
+
+
+def test_top_k_requests_return(engine, request):
+    # Last in this file: on the CPU route the crash leaves the engine broken, and the
+    # fixture closes it after this test.
+    if cpu_route():
+        request.applymarker(pytest.mark.xfail(strict=True, raises=RuntimeError, reason=TOPK_CRASH))
+    reqs = [GenerationRequest(PROMPT, SamplingParams(temperature=0.8, top_k=20), max_tokens=4, seed=s)
+            for s in range(256)]
+    results = engine.generate(reqs, speculative=True)
+    assert check_generation_results(reqs, results, 64) is None
