@@ -31,6 +31,9 @@ class CaseResult:
     wall_time_s: float = 0.0
     defect: str | None = None
     seed: int = 0
+    phase_times_s: dict[str, float] = field(default_factory=dict)
+    """Where the wall time went, for kinds that time their phases (end-to-end cases: engine
+    loads, generate calls, the crash search, the checks); empty otherwise."""
 
     @property
     def passed(self) -> bool:
@@ -48,6 +51,7 @@ class CaseResult:
             "verdict": "pass" if self.passed else "fail",
             "defect": self.defect,
             "checks": [c.to_dict() for c in self.checks],
+            **({"phase_times_s": dict(self.phase_times_s)} if self.phase_times_s else {}),
         }
 
 

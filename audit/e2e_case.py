@@ -227,7 +227,9 @@ def mark_stale(engine, exc: BaseException) -> None:
     hang on the next call after a crash), so :func:`ensure_loaded` closes and loads it again."""
     try:
         if engine in _LOADED:
-            _LOADED[engine] = ("stale", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            current = _LOADED[engine]
+            key = current[2] if current[0] == "stale" else current
+            _LOADED[engine] = ("stale", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", key)
     except TypeError:
         pass
 
@@ -244,7 +246,8 @@ def stale_reason(engine) -> str | None:
 def ensure_loaded(engine, case: E2ECase) -> None:
     """Load ``engine`` for the case's configuration unless it already is (it is closed and
     loaded again when the configuration changes, or after a call of it raised:
-    :func:`mark_stale`)."""
+    :func:`mark_stale`; then an engine with a ``reload()`` method, such as the vLLM adapter,
+    restarts itself instead)."""
     target_dir, draft_dir = model_dirs(case)
     key = (str(target_dir), str(draft_dir), case.method, case.num_draft_tokens)
     try:
@@ -252,6 +255,11 @@ def ensure_loaded(engine, case: E2ECase) -> None:
     except TypeError:  # not weak-referenceable: load every time
         current = None
     if current == key:
+        return
+    reload = getattr(engine, "reload", None)
+    if current is not None and current[0] == "stale" and current[2] == key and callable(reload):
+        reload()  # an adapter's own restart after a raise (it may keep what did not raise)
+        _LOADED[engine] = key
         return
     if current is not None:
         engine.close()
@@ -386,10 +394,19 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
     C = len(case.row_classes)
     spec, plain, first_round = [], [], []
     b = 0
+    phases = result.phase_times_s
+
+    def timed(phase: str, fn, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t
+
     try:
         earlier = stale_reason(engine)
         try:
-            ensure_loaded(engine, case)
+            timed("engine_load", ensure_loaded, engine, case)
         except Exception as exc:  # noqa: BLE001 - an engine that cannot load the models is a defect
             where = "engine load" if earlier is None else (
                 f"engine load (loading it again after an earlier call raised {earlier})")
@@ -401,11 +418,11 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
             while True:
                 call = shift + b
                 where = f"speculative generate call {b}"
-                _, res = generate_call(engine, case, call, speculative=True)
+                _, res = timed("speculative_calls", generate_call, engine, case, call, speculative=True)
                 spec.append(_padded(res, case.length))
                 first_round.append([r.first_round_accepted for r in res])
                 where = f"plain generate call {b}"
-                _, pres = generate_call(engine, case, call, speculative=False)
+                _, pres = timed("plain_calls", generate_call, engine, case, call, speculative=False)
                 plain.append(_padded(pres, case.length))
                 b += 1
                 result.num_batches = b
@@ -415,16 +432,19 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
                     break
             where = "the reproducibility calls"
-            again = _padded(generate_call(engine, case, shift, speculative=True)[1], case.length)
-            again_plain = _padded(generate_call(engine, case, shift, speculative=False)[1], case.length)
+            again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True)[1],
+                            case.length)
+            again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False)[1],
+                                  case.length)
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
             note, rest = "", None
             if _is_crash(exc) and C > 1:
-                budget = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - start), 0.0)
-                note, rest = _without_crashing_classes(case, engine, shift, false_fail_rate, seed=seed,
-                                                       num_batches=num_batches, time_budget_s=budget,
+                note, rest = _without_crashing_classes(case, engine, shift, false_fail_rate, timed,
+                                                       speculative=where.startswith("speculative"),
+                                                       seed=seed, num_batches=num_batches,
+                                                       time_budget_s=time_budget_s, start=start,
                                                        min_batches=min_batches, device=device, progress=progress,
                                                        min_expected=min_expected)
             result.defect, chk = sampler_failure(exc, where, false_fail_rate, note=note)
@@ -434,12 +454,16 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 if rest.defect:
                     result.defect += f"\nthen, on the other classes: {rest.defect}"
                 result.num_batches, result.num_sequences = rest.num_batches, rest.num_sequences
+                for k, v in rest.phase_times_s.items():
+                    phases[k] = phases.get(k, 0.0) + v
             return result
+        t = time.perf_counter()
         result.checks.append(_reproducible(again, spec[0], again_plain, plain[0], false_fail_rate))
         all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
         for c in range(C):
             result.checks.extend(_class_checks(case, c, caps, all_spec[c::C], all_plain[c::C],
                                                [row[c::C] for row in first_round], false_fail_rate, min_expected))
+        phases["checks"] = phases.get("checks", 0.0) + time.perf_counter() - t
         return result
     finally:
         result.wall_time_s = time.perf_counter() - start
@@ -454,26 +478,31 @@ def _is_crash(exc: BaseException) -> bool:
     return not isinstance(exc, (SamplerCallTimeout, VerifierProtocolError))
 
 
-def crashing_classes(case: E2ECase, engine, call: int) -> tuple[list[int], str | None]:
+def crashing_classes(case: E2ECase, engine, call: int, *, speculative: bool = True,
+                     timed=None) -> tuple[list[int], str | None]:
     """The classes whose requests crash the engine when generated alone: ``(classes, note)``.
 
-    Each class's requests of call ``call`` go in a generate call of their own, speculative
-    then plain, on a freshly loaded engine after every crash (:func:`ensure_loaded`). ``note``
-    says why the search stopped early (a reload failed, a call hung), else None.
+    Each class's requests of call ``call`` go in a generate call of their own, of the kind
+    that crashed (``speculative`` or plain), on a freshly loaded engine after every crash
+    (:func:`ensure_loaded`). ``note`` says why the search stopped early (a reload failed, a
+    call hung), else None. ``timed(phase, fn, *args)``, when given, times the reloads
+    (``engine_load``) and the calls (``crash_search``).
     """
     from .call_timeout import SamplerCallTimeout
 
+    if timed is None:
+        def timed(_phase, fn, *args, **kwargs):
+            return fn(*args, **kwargs)
     target, _ = _target(case)
     crashing = []
     for c in range(len(case.row_classes)):
         requests = case.restricted([c]).requests(target.eos_token_id, call)
         try:
-            ensure_loaded(engine, case)
+            timed("engine_load", ensure_loaded, engine, case)
         except Exception as exc:  # noqa: BLE001
             return crashing, f"the engine could not be loaded again after a crash ({type(exc).__name__}: {exc})"
         try:
-            for speculative in (True, False):
-                _generate(engine, requests, speculative)
+            timed("crash_search", _generate, engine, requests, speculative)
         except SamplerCallTimeout as exc:
             return crashing, f"class {case.class_id(c)} alone hung ({exc})"
         except Exception:  # noqa: BLE001 - the crash this search looks for
@@ -481,12 +510,14 @@ def crashing_classes(case: E2ECase, engine, call: int) -> tuple[list[int], str |
     return crashing, None
 
 
-def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, **run):
+def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, timed, *, speculative: bool,
+                              time_budget_s: float | None, start: float, **run):
     """After a crash of a call holding every class: ``(note, rest)``. The classes that crash
     alone (:func:`crashing_classes`) are named in ``note`` (each one's request shape is its
-    replay); ``rest`` is a fresh run of the case restricted to the other classes (None when
-    none is left, no class crashes alone or the search stopped)."""
-    crashing, stopped = crashing_classes(case, engine, call)
+    replay); ``rest`` is a fresh run of the case restricted to the other classes, in what is
+    left of ``time_budget_s`` (counted from ``start``: the search is paid from the case's
+    time), None when none is left, no class crashes alone or the search stopped."""
+    crashing, stopped = crashing_classes(case, engine, call, speculative=speculative, timed=timed)
     named = "; ".join(f"class {case.class_id(c)} ({case.row_classes[c].describe()})" for c in crashing)
     keep = [c for c in range(len(case.row_classes)) if c not in crashing]
     if stopped is not None:
@@ -495,7 +526,8 @@ def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, **
     if not crashing or not keep:
         return note, None
     note += f"; the case went on with classes {', '.join(str(case.class_id(c)) for c in keep)}"
-    return note, run_e2e_case(case.restricted(keep), engine, false_fail_rate=alpha, **run)
+    budget = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - start), 0.0)
+    return note, run_e2e_case(case.restricted(keep), engine, false_fail_rate=alpha, time_budget_s=budget, **run)
 
 
 def _reproducible(again, first, again_plain, first_plain, alpha: float):

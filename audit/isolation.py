@@ -56,6 +56,7 @@ def case_result_from_dict(case: AuditCase, d: dict) -> CaseResult:
         wall_time_s=float(d.get("wall_time_s", 0.0)),
         defect=d.get("defect"),
         seed=int(d.get("seed", 0)),
+        phase_times_s={k: float(v) for k, v in (d.get("phase_times_s") or {}).items()},
     )
 
 

@@ -199,6 +199,11 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         lines.append(f"| {_cell(c['name'])} | {c['verdict']}{' (' + ', '.join(tags) + ')' if tags else ''} | "
                      f"{c['num_sequences']:,} | {c.get('num_batches', '-')}{planned} | "
                      f"{_fmt(pc.get('planned_detectable_tv'))} | {c['wall_time_s']:.1f} | {_cell(c['description'])} |")
+    timed = [c for c in report["cases"] if c.get("phase_times_s")]
+    if timed:
+        lines += ["", "Where a case's wall time went (seconds):", ""]
+        lines += [f"- {_cell(c['name'])}: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}"
+                                                       for k, v in c["phase_times_s"].items()) for c in timed]
     lines += ["", "## Checks", "",
               "| case | check | method | n | p-value | BH-adjusted | detectable TV | certified TV ≤ | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]

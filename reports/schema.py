@@ -350,6 +350,10 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "defect": _NULLABLE_STRING,
                 "checks": {"type": "array", "items": {"$ref": "#/$defs/check_result"}},
                 "execution": {"$ref": "#/$defs/execution"},
+                "phase_times_s": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
+                                  "description": "since 1.7, end-to-end cases: seconds spent loading the "
+                                                 "engine, in speculative and plain generate calls, in the "
+                                                 "crash search and in the checks"},
             },
         },
         "finding": {

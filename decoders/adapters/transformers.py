@@ -82,10 +82,11 @@ __all__ = [
     "ZERO_PROBABILITY_ACCEPTANCE",
     "ZERO_MASS_RESIDUAL_CRASH",
     "FINDINGS",
+    "affects",
     "supplied_uniforms",
 ]
 
-TESTED_VERSIONS = ("4.45.2", "4.57.6", "5.17.0", "5.24.0")
+TESTED_VERSIONS = ("4.45.2", "4.57.6", "5.17.0", "5.24.0", "5.25.0")
 """transformers versions whose ``_speculative_sampling`` this adapter was run against."""
 
 _BASE = ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits")
@@ -333,7 +334,10 @@ ZERO_PROBABILITY_ACCEPTANCE = {
     "id": "transformers-zero-probability-acceptance",
     "kind": "deterministic",
     "sampler": "transformers",
-    "versions": list(TESTED_VERSIONS),
+    "versions": ["4.45.2", "4.57.6", "5.17.0", "5.24.0"],
+    # 5.25.0 tests `r_i < probability_ratio` (its comment: a strict `<` never accepts a token
+    # of target probability 0): the evidence test now checks that it stays fixed.
+    "fixed_in": "5.25.0",
     "summary": (
         "_speculative_sampling accepts a drafted token whose target probability is 0 when its "
         "float32 uniform is exactly 0 (test `r <= p/q`, here 0 <= 0): probability 2**-24 per such "
@@ -374,4 +378,24 @@ ZERO_MASS_RESIDUAL_CRASH = {
 """A crash (B=1, K=1, V=3): float32 values are exact in the lists above."""
 
 FINDINGS = (ZERO_PROBABILITY_ACCEPTANCE, ZERO_MASS_RESIDUAL_CRASH)
-"""Deterministic findings on transformers' ``_speculative_sampling`` (tested versions)."""
+"""Deterministic findings on transformers' ``_speculative_sampling`` (tested versions; a
+finding with ``fixed_in`` is gone from that version on: :func:`affects`)."""
+
+
+def affects(finding: dict, version: str | None = None) -> bool:
+    """Whether ``finding`` (one of :data:`FINDINGS`) holds for transformers ``version``
+    (default: the installed one): every version before its ``fixed_in``, if it has one.
+
+    Raises
+    ------
+    ImportError
+        ``version`` is None and transformers is not installed.
+    """
+    from packaging.version import Version
+
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    fixed = finding.get("fixed_in")
+    return fixed is None or Version(version) < Version(fixed)

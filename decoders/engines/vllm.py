@@ -149,6 +149,8 @@ class VllmEngine:
         self._plain = None
         self._vllm = None
         self._stop_ids: tuple[int, ...] = ()
+        self._draft_dir: Path | None = None
+        self._raised: set[str] = set()  # which LLM raised since the last load ("speculative", "plain")
 
     # -- loading ---------------------------------------------------------------------------
     def _import(self):
@@ -186,6 +188,7 @@ class VllmEngine:
         vllm = self._import()
         self.close()
         self.target_dir, self.method, self.num_speculative_tokens = target_dir, method, int(num_speculative_tokens)
+        self._draft_dir = None if draft_dir is None else Path(draft_dir)
         # The plain LLM first: an engine started after llvmlite was imported (vLLM's n-gram
         # proposer imports numba) crashes in vLLM's kernel-override scan (module docstring).
         self._plain_llm()
@@ -260,22 +263,52 @@ class VllmEngine:
                                   stop_ids_of_model=self._stop_ids) for r in requests]
         llm = self._llm if speculative else self._plain_llm()
         prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]
-        outputs = llm.generate(prompts, params, use_tqdm=False)
+        try:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+        except BaseException:
+            self._raised.add("speculative" if speculative else "plain")
+            raise
         return generation_results(outputs, self.num_speculative_tokens if speculative else None)
+
+    def reload(self) -> None:
+        """Start again after a generate call raised (:func:`specexact.audit.e2e_case.ensure_loaded`):
+        the ``LLM`` that raised is shut down and started again, the other one is kept (an
+        ``LLM`` start costs 6-12 s on 2 cores; the crash search reloads after every crash).
+
+        Raises
+        ------
+        RuntimeError
+            :meth:`load` was not called.
+        """
+        if self._llm is None or self.target_dir is None:
+            raise RuntimeError("VllmEngine.reload called before load()")
+        raised, self._raised = self._raised, set()
+        if "plain" in raised:
+            self._shutdown("_plain")
+        self._shutdown("_llm")
+        self._plain_llm()
+        spec = speculative_config(self.method, self._draft_dir, self.num_speculative_tokens,
+                                  prompt_lookup_min=self.prompt_lookup_min, prompt_lookup_max=self.prompt_lookup_max)
+        self._llm = self._vllm.LLM(**self._llm_kwargs(), disable_log_stats=False,
+                                   per_request_spec_decode_metrics="detailed", speculative_config=spec)
+
+    def _shutdown(self, attr: str) -> None:
+        llm = getattr(self, attr)
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            setattr(self, attr, None)
+        import gc
+
+        gc.collect()
 
     def close(self) -> None:
         """Free both ``LLM`` instances (safe to call twice)."""
         for attr in ("_llm", "_plain"):
-            llm = getattr(self, attr)
-            if llm is not None:
-                engine = getattr(llm, "llm_engine", None)
-                shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
-                if callable(shutdown):
-                    shutdown()
-                setattr(self, attr, None)
-        import gc
-
-        gc.collect()
+            self._shutdown(attr)
+        self._raised = set()
 
     def __repr__(self) -> str:
         return f"<VllmEngine method={self.method} K={self.num_speculative_tokens} target={self.target_dir}>"

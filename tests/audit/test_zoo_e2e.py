@@ -87,3 +87,39 @@ def test_a_load_that_fails_after_a_crash_names_the_crash(alpha):
     # the crash, then the failed load; the search for the crashing classes stopped there
     assert first.startswith("crash in speculative generate call 0: RuntimeError: index"), first
     assert "could not be loaded again after a crash (AttributeError" in first and "crashes alone" not in first, first
+
+
+@pytest.mark.statistical(checks=0)  # exact: the crash; the rest's checks run at the case's rate
+def test_an_engines_own_reload_is_used_and_the_crash_search_is_paid_from_the_cases_time(alpha):
+    import time
+
+    from specexact.audit.e2e_case import run_e2e_case
+    from specexact.audit.zoo_e2e import CrashesOnTopK
+
+    class Reloads(CrashesOnTopK):  # restarts itself after a raise (as the vLLM adapter does)
+        calls: list = []
+
+        def load(self, *args, **kwargs):
+            Reloads.calls.append("load")
+            super().load(*args, **kwargs)
+
+        def reload(self):
+            Reloads.calls.append("reload")
+            time.sleep(0.6)  # a slow restart: the crash search outlasts the case's time
+            self.broken = False
+
+    engine = Reloads()
+    (case,) = e2e_cases(engine, "draft_model", requests_per_class=8)
+    crashing = sum(1 for rc in case.row_classes if rc.params.top_k)
+    assert crashing >= 3
+    res = run_e2e_case(case, engine, false_fail_rate=alpha, time_budget_s=1.5)
+    # one load; after every crash (the full call's, then each crashing class's) the engine's
+    # own reload, never close + load
+    assert Reloads.calls == ["load"] + ["reload"] * (crashing + 1), Reloads.calls
+    # the reloads took ~0.6 s each, past the case's 1.5 s: the other classes get what is left
+    # of it (nothing), so they run their minimum of 2 calls
+    assert res.num_batches == 2, res.num_batches
+    ph = res.phase_times_s
+    assert {"engine_load", "crash_search", "speculative_calls", "plain_calls", "checks"} <= set(ph), ph
+    assert ph["engine_load"] >= 0.6 * (crashing + 1)
+    assert sum(ph.values()) <= res.wall_time_s + 1e-6

@@ -21,6 +21,7 @@ from specexact.decoders.adapters.transformers import (  # noqa: E402
     ZERO_PROBABILITY_ACCEPTANCE,
     TransformersSpeculativeSampling,
     adapter_version,
+    affects,
     verify,
 )
 
@@ -128,11 +129,21 @@ def test_transformers_passes_the_quick_audit(alpha):
     assert all(c["defect"] is None for c in report["cases"])
 
 
+ZERO_ACCEPTANCE_HERE = affects(ZERO_PROBABILITY_ACCEPTANCE)
+
+
+def test_a_finding_affects_the_versions_before_its_fix():
+    assert affects(ZERO_PROBABILITY_ACCEPTANCE, "5.24.0") and affects(ZERO_PROBABILITY_ACCEPTANCE, "4.45.2")
+    assert not affects(ZERO_PROBABILITY_ACCEPTANCE, "5.25.0") and not affects(ZERO_PROBABILITY_ACCEPTANCE, "6.0.0")
+    assert affects(ZERO_MASS_RESIDUAL_CRASH, "5.25.0")  # not fixed
+
+
 # Finding (transformers 4.45.2, 4.57.6, 5.17.0, 5.24.0): `r <= p/q` with a float32 uniform r that
-# is 0 with probability 2**-24 accepts a draft whose target probability is 0. These used to be
-# strict xfails pinned by reading the code; the fuzz phase now finds both by itself (below).
-# The recorded evidence stays: when transformers changes the rule (e.g. to `r < p/q` or float64
-# uniforms) the evidence tests fail, so the record gets updated.
+# is 0 with probability 2**-24 accepts a draft whose target probability is 0; 5.25.0 tests
+# `r < p/q` (fixed_in). These used to be strict xfails pinned by reading the code; the fuzz
+# phase now finds both by itself (below). The recorded evidence stays: on an affected version
+# the defect must show, on a fixed one it must stay fixed; when transformers changes the rule
+# again the evidence tests fail, so the record gets updated.
 def test_evidence_zero_target_probability_draft_is_accepted_when_its_uniform_is_0():
     f = ZERO_PROBABILITY_ACCEPTANCE
     with torch.random.fork_rng(devices=[]):
@@ -142,7 +153,11 @@ def test_evidence_zero_target_probability_draft_is_accepted_when_its_uniform_is_
         out = verify.verify_rows(torch.tensor(f["draft_token_ids"]), torch.tensor(f["draft_probs"]),
                                  torch.tensor(f["target_probs"]))
     bad = f["forbidden"]
-    assert int(out[bad["row"], bad["position"]]) == bad["token"], f"the defect is gone ({out.tolist()}): update the record"
+    if ZERO_ACCEPTANCE_HERE:
+        assert int(out[bad["row"], bad["position"]]) == bad["token"], \
+            f"the defect is gone ({out.tolist()}): update the record"
+    else:  # fixed in this version: the forbidden token is rejected at r = 0
+        assert int(out[bad["row"], bad["position"]]) != bad["token"], f"the fixed defect is back ({out.tolist()})"
 
 
 # Finding (same versions): when the draft law exceeds the target law by one ulp on the drafted
@@ -166,10 +181,13 @@ def test_supplied_uniforms_reach_transformers_own_rule_and_only_its_acceptance_d
     f = ZERO_PROBABILITY_ACCEPTANCE
     ids, q, p = (torch.tensor(x) for x in (f["draft_token_ids"], f["draft_probs"], f["target_probs"]))
     u0 = torch.zeros(1, 1, dtype=torch.float64)
-    assert verify.verify_with_uniforms(ids, q, p, u0, torch.Generator().manual_seed(0)).tolist()[0][0] == 1  # r <= 0
+    # r <= 0 accepts the token of target probability 0; r < 0 (fixed versions) does not
+    accepted = 1 if ZERO_ACCEPTANCE_HERE else 0
+    assert verify.verify_with_uniforms(ids, q, p, u0, torch.Generator().manual_seed(0)).tolist()[0][0] == accepted
     tiny = torch.full((1, 1), 2.0**-24, dtype=torch.float64)
     assert verify.verify_with_uniforms(ids, q, p, tiny, torch.Generator().manual_seed(0)).tolist() == [[0, -1]]
-    # At u = the float32 ratio exactly, transformers accepts (r <= p/q); just above, it rejects.
+    # At u = the float32 ratio exactly, transformers <= 5.24 accepts (r <= p/q) and 5.25 rejects
+    # (r < p/q); just above, both reject.
     V, B = 3, 6
     qq = torch.tensor([[[0.25, 0.25, 0.5]]]).expand(B, 1, V).contiguous()
     pp = torch.tensor([[[0.2, 0.3, 0.5], [0.1, 0.2, 0.7]]]).expand(B, 2, V).contiguous()
@@ -178,7 +196,8 @@ def test_supplied_uniforms_reach_transformers_own_rule_and_only_its_acceptance_d
     above = float(torch.nextafter(torch.tensor(ratio, dtype=torch.float32), torch.tensor(1.0)))
     u = torch.tensor([[ratio], [above], [0.0], [1 - 2**-24], [ratio], [above]], dtype=torch.float64)
     out = verify.verify_with_uniforms(torch.zeros(B, 1, dtype=torch.int64), qq, pp, u, torch.Generator().manual_seed(3))
-    assert ((out >= 0).sum(1) == 2).tolist() == [True, False, True, False, True, False]
+    at_ratio = ZERO_ACCEPTANCE_HERE
+    assert ((out >= 0).sum(1) == 2).tolist() == [at_ratio, False, True, False, at_ratio, False]
     # the recovered / bonus tokens still come from the generator (seeded global RNG): same seed, same tokens
     again = verify.verify_with_uniforms(torch.zeros(B, 1, dtype=torch.int64), qq, pp, u, torch.Generator().manual_seed(3))
     assert torch.equal(out, again)
@@ -215,13 +234,16 @@ def _replay(script: str) -> str:
 def test_the_fuzz_phase_finds_both_findings_with_small_shrunk_examples_and_working_replays():
     result = _fuzzed("transformers", verify)
     found = {f.known_as: f for f in result.findings if f.known_as}
-    assert set(found) == {f["id"] for f in FINDINGS}, [(f.rule, f.message) for f in result.findings]
+    # the findings of the installed version, and no other finding (a fixed one is not found)
+    assert set(found) == {f["id"] for f in FINDINGS if affects(f)}, [(f.rule, f.message) for f in result.findings]
+    assert all(f.known_as for f in result.findings), [(f.rule, f.message) for f in result.findings]
     for f in found.values():
         assert f.family == "acceptance_probes" and f.call["vocab_size"] <= 8, f.example
         assert "REPRODUCED" in _replay(f.replay)
-    assert found["transformers-zero-probability-acceptance"].rule == "zero_probability_token"
     assert found["transformers-zero-mass-residual-crash"].rule == "no_crash"
-    assert found["transformers-zero-probability-acceptance"].call["uniforms"] == [[0.0]]
+    if ZERO_ACCEPTANCE_HERE:
+        assert found["transformers-zero-probability-acceptance"].rule == "zero_probability_token"
+        assert found["transformers-zero-probability-acceptance"].call["uniforms"] == [[0.0]]
 
 
 @pytest.mark.parametrize("finding", FINDINGS, ids=lambda f: f["id"])
