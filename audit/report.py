@@ -111,15 +111,19 @@ def _reproduction(case: dict, settings: dict, sampler: dict) -> dict:
     alpha = settings["per_check_false_fail_rate"]
     execution = case.get("execution") or {}
     nb = int(case.get("num_batches") or 0)
+    e2e = case.get("config", {}).get("kind") == "e2e"
     if case.get("defect"):
-        nb = max(nb + 1, int(execution.get("planned_batches") or 0))
+        # one call past those that ran reaches the call that failed; an end-to-end case goes
+        # on after a crash with the classes that do not crash (its num_batches are theirs),
+        # so the planned number (often far more than ran) is not needed to reach it
+        nb = nb + 1 if e2e else max(nb + 1, int(execution.get("planned_batches") or 0))
     nb = max(2, nb + nb % 2)
     # the case's checks at the same per-check rate: the command's own audit keeps its
     # combined share too (audit/combined.py)
     share = float((settings.get("combination") or {}).get("share", 0.0))
     rate = alpha * _checks_of(case.get("config", {})) / (1.0 - share)
     threads = (settings.get("threads") or {}).get("threads")
-    if case.get("config", {}).get("kind") == "e2e":
+    if e2e:
         return _e2e_reproduction(case, settings, sampler, nb, alpha, rate, threads)
     parts = ["specexact", "audit", "--sampler", _shell_quote(sampler["name"]), "--seed", str(settings["seed"]),
              "--case", case["name"], "--batches", str(nb), "--false-fail-rate", f"{rate:.6g}"]

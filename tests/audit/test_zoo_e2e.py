@@ -63,6 +63,12 @@ def test_the_classes_that_crash_are_named_and_the_others_audited(alpha):
     command = report["findings"][0]["reproduction"]["command"]
     assert command.startswith("specexact audit --engine ") and "--method draft_model --pair llama-v64" in command
     assert "--requests-per-class 64" in command and "--case" not in command
+    # its calls: one past those the other classes ran (they reach the crash at call 0 and
+    # sample as much as the audit did), not the plan's number (often far more than ran)
+    from specexact.audit.report import _reproduction
+
+    ran = dict(rep, num_batches=568, execution={**rep["execution"], "planned_batches": 1106})
+    assert " --batches 570 " in _reproduction(ran, report["settings"], report["sampler"])["command"] + " "
 
 
 @pytest.mark.statistical(checks=0)  # exact: a crash and a failed load
