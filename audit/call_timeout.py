@@ -136,7 +136,10 @@ class TimedEngine:
             pass  # left running in its daemon thread; the audit's results come first
 
     def __getattr__(self, name):
-        return getattr(self._engine, name)
+        value = getattr(self._engine, name)
+        if name == "reload" and callable(value):  # an adapter's own restart (audit.e2e_case.ensure_loaded)
+            return lambda: self._limit.call(value, "reload", (), {})
+        return value
 
     def __repr__(self) -> str:
         return f"with_call_timeout({self._engine!r}, {self._limit.seconds:g})"

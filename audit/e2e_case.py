@@ -228,8 +228,9 @@ def mark_stale(engine, exc: BaseException) -> None:
     try:
         if engine in _LOADED:
             current = _LOADED[engine]
-            key = current[2] if current[0] == "stale" else current
-            _LOADED[engine] = ("stale", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", key)
+            if current[0] == "stale":
+                return  # the first raise is the cause; later ones (a refused call after a hang) follow from it
+            _LOADED[engine] = ("stale", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", current, exc)
     except TypeError:
         pass
 
@@ -241,6 +242,15 @@ def stale_reason(engine) -> str | None:
     except TypeError:
         return None
     return current[1] if current is not None and current[0] == "stale" else None
+
+
+def stale_exception(engine) -> BaseException | None:
+    """The exception behind :func:`stale_reason`, or None."""
+    try:
+        current = _LOADED.get(engine)
+    except TypeError:
+        return None
+    return current[3] if current is not None and current[0] == "stale" else None
 
 
 def ensure_loaded(engine, case: E2ECase) -> None:
@@ -408,8 +418,15 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
         try:
             timed("engine_load", ensure_loaded, engine, case)
         except Exception as exc:  # noqa: BLE001 - an engine that cannot load the models is a defect
-            where = "engine load" if earlier is None else (
-                f"engine load (loading it again after an earlier call raised {earlier})")
+            from .call_timeout import SamplerCallTimeout
+
+            cause = stale_exception(engine)
+            if isinstance(cause, SamplerCallTimeout):  # it hung before (the pilot, an earlier case): the finding
+                exc, where = cause, ("an earlier call of this engine (the audit's planning pilot or an earlier "
+                                     "case); no call is made after a hang")
+            else:
+                where = "engine load" if earlier is None else (
+                    f"engine load (loading it again after an earlier call raised {earlier})")
             result.defect, chk = sampler_failure(exc, where, false_fail_rate)
             result.checks.append(chk)
             return result

@@ -68,11 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     a = sub.add_parser("audit", help="audit a verifier for exactness (exit 0 pass, 1 fail, 2 error)")
-    a.add_argument("--sampler", default="builtin",
+    a.add_argument("--sampler", default=None,
                    help="'builtin', a name registered under the entry-point group specexact.samplers, "
                         "or MODULE:OBJECT: a callable with the verify protocol, or a logits-level adapter "
                         "with verify_logits; MODULE is imported as by 'python -m' (the current folder first) "
-                        "(default: builtin)")
+                        "(default: builtin; not with --engine)")
     a.add_argument("--engine", default=None, metavar="NAME",
                    help="audit an engine's own speculative generate loop end to end instead of a verify function: "
                         "'builtin', a name registered under the entry-point group specexact.engines (vllm, "

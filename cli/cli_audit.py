@@ -305,6 +305,19 @@ def audit_command(args) -> int:
     from rich.markup import escape
 
     console = Console(stderr=True)
+    if args.engine is not None and args.sampler is not None:
+        raise CliError(f"give --sampler (a verify function) or --engine (an engine's own generate loop), not both: "
+                       f"got --sampler {args.sampler} --engine {args.engine}")
+    if args.sampler is None and args.engine is None:
+        args.sampler = "builtin"
+    if args.engine is not None and args.list_cases:  # the engine's end-to-end cases, not the verify cases
+        _, _, cases = _engine_and_cases(args)
+        for c in cases:
+            print(f"{c.name}: {c.description}; {len(c.row_classes)} request classes of "
+                  f"{c.requests_per_class} requests each:")
+            for k, rc in enumerate(c.row_classes):
+                print(f"  class {c.class_id(k)}: {rc.describe()}")
+        return EXIT_PASS
     cases, extra = _cases(args)
     if args.list_cases:
         for c in cases:

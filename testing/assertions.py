@@ -305,6 +305,17 @@ def _python_replay(report: dict, finding: dict) -> str:
     repro = finding["reproduction"]
     rate = repro.get("false_fail_rate") or repro.get("per_check_false_fail_rate")
     threads = repro.get("threads")
+    config = next((c.get("config") or {} for c in report["cases"] if c["name"] == finding["case"]), {})
+    if config.get("kind") == "e2e":  # an engine's end-to-end case: audit_engine, built from the engine again
+        from specexact.audit.report import _engine_name
+
+        return ("from specexact.testing import audit_engine; "
+                "from specexact.decoders.engines.registry import resolve_engine; "
+                f"print(audit_engine(resolve_engine({_engine_name(report['sampler'])!r})[0], "
+                f"method={config.get('method')!r}, pair={config.get('pair')!r}, "
+                f"requests_per_class={config.get('requests_per_class')!r}, "
+                f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, batches={repro['num_batches']}, "
+                f"seed={report['settings']['seed']}, threads={threads or 1}, false_fail_rate={rate:.6g}).message)")
     module, _, name = report["sampler"]["name"].partition(":")
     fn = "audit_logits_verifier" if (report["settings"].get("processing") or {}).get("level") == "logits" \
         else "audit_verifier"

@@ -101,6 +101,7 @@ class MlxEngine:
     """
 
     name = "mlx"
+    requires = ("mlx", "mlx_lm")  # the modules it imports when loaded (checked by resolve_engine)
 
     def __init__(self) -> None:
         self._target = None

@@ -223,7 +223,9 @@ class EndToEndEngine(Protocol):
     speculative tokens per round); ``generate`` may then be called many times, with
     ``speculative=True`` (the configured speculative decoding) or ``False`` (the same
     engine's plain target-only sampling: the naive sampler of the two-sample check).
-    ``close`` frees the engine. An adapter may also define ``reload()``: the audit calls it,
+    ``close`` frees the engine. An adapter may declare ``requires`` (the modules it imports
+    when loaded: :func:`~specexact.decoders.engines.registry.resolve_engine` refuses the
+    engine up front where one is missing) and define ``reload()``: the audit calls it,
     instead of ``close`` then ``load``, to start the same configuration again after a
     ``generate`` call raised (it may keep the part that did not raise).
 

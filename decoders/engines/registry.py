@@ -40,6 +40,26 @@ def _load(spec: str):
     return obj, spec
 
 
+E2E_ENVS = {"vllm": "vllm-e2e", "transformers": "transformers-e2e", "mlx": "mlx-e2e"}
+"""The tox env each registered engine's end-to-end audit runs in (tox.ini)."""
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _where(spec: str) -> str:
+    env = E2E_ENVS.get(spec)
+    if env is not None:
+        return f"run it in its own environment: tox -e {env} (tox.ini)"
+    return "install the engine's library in this environment, or run specexact where it is installed"
+
+
 def resolve_engine(spec: str):
     """``(engine, target)``: a new instance of the engine ``spec`` names and what it resolved to.
 
@@ -55,10 +75,13 @@ def resolve_engine(spec: str):
     except EngineError:
         raise
     except ImportError as exc:
-        raise EngineError(f"engine {spec!r} cannot be imported here ({type(exc).__name__}: {exc}); run it in its "
-                          f"own environment, e.g. tox -e {spec}-e2e") from exc
+        raise EngineError(f"engine {spec!r} cannot be imported here ({type(exc).__name__}: {exc}); "
+                          f"{_where(spec)}") from exc
     except AttributeError as exc:
         raise EngineError(f"engine {spec!r}: {exc}") from exc
+    missing = [m for m in getattr(obj, "requires", ()) if not _importable(m)]
+    if missing:
+        raise EngineError(f"engine {spec!r} needs {', '.join(missing)}, not installed here; {_where(spec)}")
     engine = obj() if isinstance(obj, type) else obj
     if not is_engine(engine):
         raise EngineError(f"engine {spec!r} resolved to {target}, which is not an end-to-end engine (it needs name, "

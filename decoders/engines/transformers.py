@@ -136,6 +136,7 @@ class TransformersEngine:
     """
 
     name = "transformers"
+    requires = ("transformers",)  # the modules it imports when loaded (checked by resolve_engine)
 
     def __init__(self) -> None:
         self._target = None

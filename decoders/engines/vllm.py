@@ -128,6 +128,7 @@ class VllmEngine:
     """
 
     name = "vllm"
+    requires = ("vllm",)  # the modules it imports when loaded (checked by resolve_engine)
 
     def __init__(self, *, max_model_len: int = 64, kv_cache_memory_bytes: int = 256 << 20, seed: int = 0,
                  prompt_lookup_min: int = 1, prompt_lookup_max: int = 3, max_num_seqs: int | None = None) -> None:

@@ -46,8 +46,64 @@ def test_a_hanging_engine_ends_the_audit_with_a_timeout_defect_and_its_replay(tm
                               "--requests-per-class 8"), command
 
 
+@pytest.mark.statistical(checks=0)  # a hang is exact
+def test_a_hang_in_the_planning_pilot_is_the_finding_not_the_refused_load_after_it(tmp_path, monkeypatch):
+    (tmp_path / "hangmod2.py").write_text(textwrap.dedent('''
+        import time
+        from specexact.decoders.engines.builtin import BuiltinEngine
+
+        class Hangs(BuiltinEngine):
+            name = "hangs"
+
+            def generate(self, requests, *, speculative):
+                if speculative:
+                    time.sleep(30)
+                return super().generate(requests, speculative=speculative)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "reports"
+    code = main(["audit", "--engine", "hangmod2:Hangs", "--method", "draft_model", "--requests-per-class", "8",
+                 "--budget", "30", "--call-timeout", "1", "--threads", "1", "--report-dir", str(out), "--no-html",
+                 "--no-journal", "--quiet"])
+    assert code == 1
+    (path,) = out.glob("audit-*.json")
+    (finding,) = json.loads(path.read_text())["findings"]
+    assert finding["tier"] == "defect" and finding["kind"] == "timeout", finding
+    assert finding["message"].startswith("timeout in an earlier call of this engine (the audit's planning pilot"), \
+        finding["message"]
+    assert "hangs.generate: no result within 1 s" in finding["message"] and "not called" not in finding["message"]
+
+
 @pytest.mark.parametrize("flags", [["--method", "draft_model"], ["--pair", "llama-v64"], ["--requests-per-class", "8"]])
 def test_engine_options_without_an_engine_are_refused(flags, capsys):
     assert main(["audit", "--quick", "--case", "v8-plain", "--no-journal", *flags]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"{flags[0]} select an engine's end-to-end cases: give --engine too" in err
+
+
+def test_sampler_and_engine_together_are_refused(capsys):
+    assert main(["audit", "--sampler", "builtin", "--engine", "builtin", "--batches", "2", "--no-journal"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "give --sampler (a verify function) or --engine (an engine's own generate loop), not both" in err
+
+
+def test_list_cases_with_an_engine_lists_its_end_to_end_cases(capsys):
+    from specexact.audit.e2e_case import e2e_cases
+    from specexact.decoders.engines.builtin import BuiltinEngine
+
+    assert main(["audit", "--engine", "builtin", "--method", "draft_model", "--list-cases"]) == 0
+    out = capsys.readouterr().out
+    (case,) = e2e_cases(BuiltinEngine(), "draft_model")
+    assert out.startswith(f"{case.name}: ") and "v8-plain" not in out
+    assert all(f"  class {case.class_id(k)}: {rc.describe()}" in out for k, rc in enumerate(case.row_classes))
+
+
+def test_an_engine_not_installed_here_exits_2_naming_its_environment(monkeypatch, tmp_path, capsys):
+    from specexact.decoders.engines.vllm import VllmEngine
+
+    monkeypatch.setattr(VllmEngine, "requires", ("no_such_module_xyz",))
+    assert main(["audit", "--engine", "vllm", "--batches", "2", "--no-journal", "--report-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "needs no_such_module_xyz, not installed here; run it in its own environment: tox -e vllm-e2e" in err
+    assert "internal error" not in err and not list(tmp_path.glob("*.json"))

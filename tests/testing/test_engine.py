@@ -92,3 +92,20 @@ def test_the_replay_of_an_engine_audited_from_python_names_its_class(alpha):
     commands = {f["reproduction"]["command"] for f in result.report["findings"]}
     assert commands and all(c.startswith("specexact audit --engine specexact.audit.zoo_e2e:SeedIgnored ")
                             for c in commands), commands
+
+
+@pytest.mark.statistical(checks=0)  # a planted fault risks only a false pass
+def test_the_messages_python_replay_reruns_the_engines_case(alpha):
+    import contextlib
+    import io
+
+    result = audit_engine(SeedIgnored(), method="draft_model", requests_per_class=16, batches=2,
+                          false_fail_rate=alpha)
+    (line,) = {ln.strip()[len("python: "):] for ln in result.message.splitlines()
+               if ln.strip().startswith("python: ")}
+    assert line.startswith("from specexact.testing import audit_engine; ") and "audit_verifier" not in line, line
+    assert "resolve_engine('specexact.audit.zoo_e2e:SeedIgnored')" in line and "method='draft_model'" in line
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(line, "replay", "exec"), {})
+    assert "reproducible" in out.getvalue()  # the same finding again

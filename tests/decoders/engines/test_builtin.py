@@ -76,5 +76,19 @@ def test_engines_resolve_by_name_or_path_and_bad_names_say_why():
         resolve_engine("nope")
     with pytest.raises(EngineError, match="not an end-to-end engine"):
         resolve_engine("specexact.decoders:verify")
-    with pytest.raises(EngineError, match="cannot be imported here"):
+    with pytest.raises(EngineError, match="cannot be imported here.*install the engine's library") as info:
         resolve_engine("no_such_module_xyz:Engine")
+    assert "tox -e" not in str(info.value)  # no env is named after a module path
+
+
+def test_an_engine_whose_library_is_missing_is_refused_with_its_tox_env(monkeypatch):
+    from specexact.decoders.engines import registry
+    from specexact.decoders.engines.vllm import VllmEngine
+
+    monkeypatch.setattr(VllmEngine, "requires", ("no_such_module_xyz",))
+    with pytest.raises(EngineError, match=r"engine 'vllm' needs no_such_module_xyz, not installed here; "
+                                          r"run it in its own environment: tox -e vllm-e2e"):
+        resolve_engine("vllm")
+    monkeypatch.setattr(registry, "_importable", lambda m: True)
+    engine, _ = resolve_engine("vllm")  # the check is the only thing that refused it
+    assert engine.name == "vllm"
