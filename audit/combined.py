@@ -26,17 +26,32 @@ the failing checks do not already report, so an exact failure (``p = 0``) or an
 under-accepting sampler's accepted-length check is not reported twice (under a second
 tier). This never makes a correct sampler fail more often: a check failing on its own
 has ``p < 0.5``, so neutralising it only lowers the statistic.
+
+A discrete check's p-value enters *randomised* (since schema 1.8): where a check records
+``details["pvalue_lower"]`` (``P(T > t)``, the p-value without the observed atom: the
+pair-agreement Fisher tests), the combination reads
+:func:`~specexact.exactness.combination.randomized_pvalue` with a uniform drawn from the
+audit's seed and the check's case and name (:func:`combination_uniform`: fixed before the
+data are seen, the same in every run, shard and re-rendering of the report). Under the null
+it is exactly uniform where the plain p-value is conservative (``p = 1`` with probability
+0.46 for the pair tests of the quick cases), so the combined check spends its share instead
+of a fraction of it; it is never above the plain p-value, so the combined check rejects
+whenever it did without the randomisation (nothing caught before is lost). A check's own
+verdict (Bonferroni) reads its plain p-value.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Sequence
 
-from specexact.exactness.combination import cauchy_combination
+import numpy as np
+
+from specexact.exactness.combination import cauchy_combination, randomized_pvalue
 
 __all__ = ["COMBINED_SHARE", "EXACT_RULES", "METHOD", "split_false_fail_rate", "combination_settings",
-           "enters_combination", "combined_check"]
+           "enters_combination", "combination_uniform", "combination_pvalue", "combined_check"]
 
 COMBINED_SHARE = 0.5
 """Share of the audit's false-fail rate kept for the combined check."""
@@ -103,7 +118,39 @@ def enters_combination(check: dict) -> bool:
     return not no_power
 
 
-def combined_check(checks: Sequence[dict], false_fail_rate: float) -> dict:
+def combination_uniform(seed: int, case: str, check: str) -> float:
+    """The uniform in [0, 1) that randomises one check's p-value in the combined check.
+
+    Parameters
+    ----------
+    seed : int
+        The audit's seed (``settings.seed``).
+    case, check : str
+        The check's case and name.
+
+    Returns
+    -------
+    float
+        ``numpy.random.default_rng([seed mod 2**64, crc32(case), crc32(check)]).random()``:
+        fixed by the audit's settings before any sampling, hence independent of the data.
+    """
+    key = [int(seed) % 2**64, zlib.crc32(case.encode("utf-8")), zlib.crc32(check.encode("utf-8"))]
+    return float(np.random.default_rng(key).random())
+
+
+def combination_pvalue(check: dict, seed: int | None) -> float:
+    """The p-value a check brings to the combined check: randomised within its atom
+    (:func:`~specexact.exactness.combination.randomized_pvalue`, with
+    :func:`combination_uniform`) when it records ``details["pvalue_lower"]`` and ``seed`` is
+    given, its plain ``pvalue`` otherwise (module docstring)."""
+    pvalue = float(check["pvalue"])
+    lower = (check.get("details") or {}).get("pvalue_lower")
+    if seed is None or lower is None:
+        return pvalue
+    return randomized_pvalue(pvalue, float(lower), combination_uniform(seed, check["case"], check["name"]))
+
+
+def combined_check(checks: Sequence[dict], false_fail_rate: float, seed: int | None = None) -> dict:
     """The combined check of a report's checks (module docstring).
 
     Parameters
@@ -113,15 +160,20 @@ def combined_check(checks: Sequence[dict], false_fail_rate: float) -> dict:
         ``dof``, ``detectable_tv``).
     false_fail_rate : float
         The combined check's threshold (``settings.combination.false_fail_rate``), in (0, 1).
+    seed : int, optional
+        The audit's seed: discrete checks' p-values enter randomised
+        (:func:`combination_pvalue`); None reads every p-value as it is (a report older
+        than 1.8).
 
     Returns
     -------
     dict
         ``method``, ``pvalue``, ``false_fail_rate``, ``passed`` (``pvalue >
         false_fail_rate``), ``num_pvalues`` (checks combined), ``neutralised`` (of them,
-        those failing on their own) and ``strongest`` (up to five ``{"case", "check",
-        "pvalue"}`` of the smallest p-values that entered, smallest first). With no check
-        to combine: p-value 1, passed.
+        those failing on their own), ``randomised`` (of them, those whose p-value entered
+        randomised; since 1.8) and ``strongest`` (up to five ``{"case", "check", "pvalue"}``
+        of the smallest plain p-values that entered, smallest first). With no check to
+        combine: p-value 1, passed.
 
     Raises
     ------
@@ -131,7 +183,9 @@ def combined_check(checks: Sequence[dict], false_fail_rate: float) -> dict:
     if not 0 < false_fail_rate < 1:
         raise ValueError(f"false_fail_rate must be in (0, 1), got {false_fail_rate!r}")
     members = [c for c in checks if enters_combination(c)]
-    pvalues = [0.5 if not c["passed"] else float(c["pvalue"]) for c in members]
+    pvalues = [0.5 if not c["passed"] else combination_pvalue(c, seed) for c in members]
+    randomised = sum(1 for c in members if c["passed"] and seed is not None
+                     and (c.get("details") or {}).get("pvalue_lower") is not None)
     pvalue = cauchy_combination(pvalues) if pvalues else 1.0
     live = sorted((float(c["pvalue"]), c["case"], c["name"]) for c in members if c["passed"])
     return {
@@ -141,5 +195,6 @@ def combined_check(checks: Sequence[dict], false_fail_rate: float) -> dict:
         "passed": bool(pvalue > false_fail_rate),
         "num_pvalues": len(pvalues),
         "neutralised": sum(1 for c in members if not c["passed"]),
+        "randomised": randomised,
         "strongest": [{"case": case, "check": name, "pvalue": p} for p, case, name in live[:_STRONGEST]],
     }

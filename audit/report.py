@@ -27,7 +27,7 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histogra
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 
@@ -462,7 +462,8 @@ def build_report(
             })
     combined = _combined(flat, settings)
     if combined is not None and not combined["passed"]:
-        findings.append(_combined_finding(combined, settings, sampler, combined_kind(flat, case_dicts, combined),
+        findings.append(_combined_finding(combined, settings, sampler,
+                                          combined_kind(flat, case_dicts, combined, seed=settings.get("seed")),
                                           [c.get("config", {}) for c in case_dicts]))
     if fuzz is not None:  # each fuzz finding with its tier, also in the fuzz section
         fuzz = {**fuzz, "findings": [{**f, "tier": tier_of(f)} for f in fuzz.get("findings") or []]}
@@ -511,10 +512,10 @@ def _combined(flat: list, settings: dict) -> dict | None:
         return None
     shard = settings.get("shard")
     count = int(shard["count"]) if shard else 1
-    return combined_check(flat, float(comb["false_fail_rate"]) / count)
+    return combined_check(flat, float(comb["false_fail_rate"]) / count, seed=settings.get("seed"))
 
 
-def combined_kind(flat: Sequence[dict], case_dicts: Sequence[dict], combined: dict) -> str:
+def combined_kind(flat: Sequence[dict], case_dicts: Sequence[dict], combined: dict, seed: int | None = None) -> str:
     """The kind of a failing combined check's finding: ``under_accepting`` or ``inexactness``.
 
     The combined check mixes the accepted-length checks' p-values with the law checks'. Its
@@ -537,6 +538,8 @@ def combined_kind(flat: Sequence[dict], case_dicts: Sequence[dict], combined: di
         The report's cases (``name``, ``checks``).
     combined : dict
         The failing combined check (:func:`~specexact.audit.combined.combined_check`).
+    seed : int, optional
+        The audit's seed, as the combined check read it (its randomised p-values).
 
     Returns
     -------
@@ -544,7 +547,7 @@ def combined_kind(flat: Sequence[dict], case_dicts: Sequence[dict], combined: di
     """
     rate = float(combined["false_fail_rate"])
     law = [c for c in flat if not _is_accepted_length(c)]
-    if not combined_check(law, rate)["passed"]:
+    if not combined_check(law, rate, seed)["passed"]:
         return "inexactness"
     cases = {c["name"]: c for c in case_dicts}
 
@@ -554,7 +557,7 @@ def combined_kind(flat: Sequence[dict], case_dicts: Sequence[dict], combined: di
         return below is not None and below[0] < below[1] and case is not None and _law_checks_pass(case)
 
     under = [c for c in flat if _is_accepted_length(c) and reads_below(c)]
-    return "inexactness" if combined_check(law + under, rate)["passed"] else "under_accepting"
+    return "inexactness" if combined_check(law + under, rate, seed)["passed"] else "under_accepting"
 
 
 def _combined_finding(combined: dict, settings: dict, sampler: dict, kind: str = "inexactness",

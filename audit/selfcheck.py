@@ -244,6 +244,9 @@ class NullRecord:
     n: int
     method: str
     has_power: bool
+    pvalue_lower: float | None = None
+    """``P(T > t)`` where the check records it (``details["pvalue_lower"]``): the p-value
+    without the observed atom, for the combined check's randomised p-value."""
 
     @property
     def type(self) -> str:
@@ -305,7 +308,7 @@ def null_pvalues(
                 for chk in result.checks:
                     no_power = chk.dof == 0 and chk.detectable_tv == math.inf
                     records.append(NullRecord(case.name, chk.name, seed, chk.pvalue, chk.n,
-                                              chk.method, not no_power))
+                                              chk.method, not no_power, chk.details.get("pvalue_lower")))
             if progress is not None:
                 progress(done, len(seeds))
     return records

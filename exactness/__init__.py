@@ -12,7 +12,8 @@ power
 budget
     :class:`FalseFailBudget`, Holm and Benjamini-Hochberg.
 combination
-    Cauchy combination of p-values, valid under dependence (:func:`cauchy_combination`).
+    Cauchy combination of p-values, valid under dependence (:func:`cauchy_combination`);
+    randomised p-values of discrete tests (:func:`randomized_pvalue`).
 goodness_of_fit
     Binned Pearson chi-square against an exact law (:func:`chisquare_gof`).
 two_sample
@@ -31,7 +32,7 @@ pit
 """
 
 from .budget import FalseFailBudget, benjamini_hochberg, holm
-from .combination import cauchy_combination
+from .combination import cauchy_combination, randomized_pvalue
 from .calibration import calibration_ratio_check, min_replicates_for_ratio, ratio_outside_probability
 from .exact_tests import (
     accepted_length_check,
@@ -63,6 +64,7 @@ __all__ = [
     "binomial_check",
     "calibration_ratio_check",
     "cauchy_combination",
+    "randomized_pvalue",
     "chisquare_gof",
     "chisquare_homogeneity",
     "chisquare_power",

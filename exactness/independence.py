@@ -180,7 +180,10 @@ def pair_agreement_vs_control_check(
     CheckResult
         One-sided Fisher exact test (``scipy.stats.fisher_exact``, alternative
         ``"greater"``) on the 2x2 table (suspect/control x equal/not), method ``"exact"``
-        (conditional on the total number of agreements, so conservative).
+        (conditional on the total number of agreements, so conservative);
+        ``details["pvalue_lower"]`` is ``P(X > x)`` of that conditional law, the p-value
+        without the observed atom (for
+        :func:`~specexact.exactness.combination.randomized_pvalue`).
         ``detectable_tv`` is the smallest excess agreement probability of suspect pairs
         detected with power ``1 - false_pass_rate``, by the normal approximation of the
         two-proportion test at the pooled agreement rate (an approximation; stated in
@@ -210,6 +213,11 @@ def pair_agreement_vs_control_check(
     table = [[suspect_equal, suspect_pairs - suspect_equal], [control_equal, control_pairs - control_equal]]
     res = stats.fisher_exact(table, alternative="greater")
     pvalue = float(min(1.0, max(0.0, res.pvalue)))
+    # P(X > x) of the conditional (hypergeometric) law of the suspect agreements: the
+    # p-value without the observed atom, for a randomised p-value (combination module).
+    total_equal = suspect_equal + control_equal
+    lower = float(stats.hypergeom.sf(suspect_equal, suspect_pairs + control_pairs, total_equal, suspect_pairs))
+    lower = min(max(lower, 0.0), pvalue)
     pooled = (suspect_equal + control_equal) / (suspect_pairs + control_pairs)
     z = stats.norm.isf(alpha) + stats.norm.isf(beta)
     detectable = float(min(1.0, z * np.sqrt(max(pooled * (1 - pooled), 1e-300)
@@ -232,6 +240,7 @@ def pair_agreement_vs_control_check(
         details={
             "suspect_equal": suspect_equal, "suspect_pairs": suspect_pairs,
             "control_equal": control_equal, "control_pairs": control_pairs,
+            "pvalue_lower": lower,
             "detectable_tv_of": "excess agreement probability (normal approximation)",
         },
         description=(

@@ -30,6 +30,7 @@ def combined_text(report: dict) -> str | None:
     sign = ">" if comb["passed"] else "<="
     text = (f"combined check ({comb['method']} combination of {comb['num_pvalues']} checks' p-values"
             + (f", {comb['neutralised']} failing on their own left out" if comb.get("neutralised") else "")
+            + (f", {comb['randomised']} discrete ones randomised within their atom" if comb.get("randomised") else "")
             + f"): p = {comb['pvalue']:.3g} {sign} {comb['false_fail_rate']:.3g}: {verdict}")
     if not comb["passed"] and comb.get("strongest"):
         text += "; strongest: " + ", ".join(f"{s['case']} / {s['check']} p={s['pvalue']:.3g}"

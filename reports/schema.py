@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.7`` -> ``1.8``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.8`` -> ``1.9``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -133,7 +133,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.7/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.8/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -210,6 +210,9 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "num_pvalues": {"type": "integer", "minimum": 0},
                 "neutralised": {"type": "integer", "minimum": 0,
                                 "description": "combined checks failing on their own, their terms set to 0"},
+                "randomised": {"type": "integer", "minimum": 0,
+                               "description": "since 1.8: combined checks whose p-value entered randomised "
+                                              "within its atom (details.pvalue_lower; audit/combined.py)"},
                 "strongest": {"type": "array", "maxItems": 5, "items": {
                     "type": "object", "required": ["case", "check", "pvalue"],
                     "properties": {"case": {"type": "string"}, "check": {"type": "string"},

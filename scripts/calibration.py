@@ -16,6 +16,8 @@ checks' p-values with half of the audit's rate) and the audit's verdict as a who
 ``p <= share * level``) are calibrated too, each (group, seed) an audit of the group's cases
 and each (case, seed) an audit of one case: rows ``combined[...]`` and ``overall[...]``
 (band [0.5, 2]; the combination's validity under dependence is asymptotic for small rates).
+The combination reads the discrete checks' p-values randomised within their atom, as the
+audit does (``specexact.audit.combined.combination_pvalue``).
 
 Groups (time shares in parentheses):
 
@@ -27,6 +29,7 @@ Groups (time shares in parentheses):
 Usage::
 
     python scripts/calibration.py --budget-s 300 --json reports/calibration.json
+    python scripts/calibration.py --budget-s 600 --group two-sample   # one group only
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import torch
 
 from specexact.audit import default_cases, quick_cases, resolve_sampler
 from specexact.audit.audit import environment
-from specexact.audit.combined import COMBINED_SHARE, EXACT_RULES
+from specexact.audit.combined import COMBINED_SHARE, EXACT_RULES, combination_pvalue
 from specexact.exactness import calibration_ratio_check, cauchy_combination
 from specexact.audit.selfcheck import (
     cached_exact_laws,
@@ -87,12 +90,17 @@ def rows_with_verdicts(records, levels, rate, tolerance):
 
 
 def audit_units(records, by):
-    """``{unit: [(type, pvalue, enters the combination)]}`` with ``by`` ``"audit"`` (group's
-    cases of one seed) or ``"case"`` (one case of one seed)."""
+    """``{unit: [(pvalue, the p-value it brings to the combination, enters the combination)]}``
+    with ``by`` ``"audit"`` (group's cases of one seed) or ``"case"`` (one case of one seed);
+    the second is randomised within its atom as the audit's combined check reads it
+    (``combined.combination_pvalue``, the uniform from the seed, case and check)."""
     units = defaultdict(list)
     for rec in records:
         key = rec.seed if by == "audit" else (rec.case, rec.seed)
-        units[key].append((rec.pvalue, rec.has_power and rec.type not in EXACT_RULES))
+        entry = {"case": rec.case, "name": rec.check, "pvalue": rec.pvalue,
+                 "details": {"pvalue_lower": rec.pvalue_lower}}
+        units[key].append((rec.pvalue, combination_pvalue(entry, rec.seed),
+                           rec.has_power and rec.type not in EXACT_RULES))
     return units
 
 
@@ -107,9 +115,9 @@ def combined_rows(records, levels, rate, tolerance, label):
             for unit in units:
                 m = len(unit)
                 per_check = (1 - COMBINED_SHARE) * level / m
-                own = [p <= per_check for p, _ in unit]
-                entered = [0.5 if fails else p for (p, enters), fails in zip(unit, own) if enters]
-                plain = [p for p, enters in unit if enters]
+                own = [p <= per_check for p, _, _ in unit]
+                entered = [0.5 if fails else q for (_, q, enters), fails in zip(unit, own) if enters]
+                plain = [q for _, q, enters in unit if enters]
                 hits["combined"] += bool(plain) and cauchy_combination(plain) <= level
                 comb = bool(entered) and cauchy_combination(entered) <= COMBINED_SHARE * level
                 hits["overall"] += any(own) or comb
@@ -149,13 +157,15 @@ def main(argv=None) -> int:
     parser.add_argument("--sampler", default="builtin", help="a correct verifier (name or MODULE:CALLABLE)")
     parser.add_argument("--num-batches", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=5, help="seeds per scheduling step")
+    parser.add_argument("--group", action="append", choices=[name for name, _, _ in groups()], default=None,
+                        help="calibrate only this group (repeatable; default all three, time shared by their weights)")
     parser.add_argument("--json", type=Path, default=None, help="output JSON (default reports/calibration-<time>.json)")
     args = parser.parse_args(argv)
     levels = [float(x) for x in args.levels.split(",")]
     torch.set_num_threads(1)
     verifier, target = resolve_sampler(args.sampler)
     started = dt.datetime.now(dt.timezone.utc)
-    plan = groups()
+    plan = [g for g in groups() if args.group is None or g[0] in args.group]
     total_weight = sum(w for _, _, w in plan)
     results = {}
     t0 = time.perf_counter()

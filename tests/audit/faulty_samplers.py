@@ -35,8 +35,12 @@ def abort_on_v8(ids, draft_probs, target_probs, generator=None):
 
 def stall_on_v12_if_asked(ids, draft_probs, target_probs, generator=None):
     """Stalls (as if slow) in case v12-eos-cut while SPECEXACT_TEST_STALL is set, so a test
-    can kill the audit there; otherwise exactly the built-in verifier."""
+    can kill the audit there; otherwise exactly the built-in verifier. With
+    SPECEXACT_TEST_STALL_MARK (a path) set too, that file is made when the stall begins: the
+    test signals the audit while it is in the sampler, whatever the machine's load."""
     if draft_probs.shape[-1] == 12 and os.environ.get("SPECEXACT_TEST_STALL"):
+        if mark := os.environ.get("SPECEXACT_TEST_STALL_MARK"):
+            open(mark, "w").close()
         _hang()
     return verify(ids, draft_probs, target_probs, generator)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from specexact.audit import quick_cases, run_audit
-from specexact.audit.combined import (COMBINED_SHARE, combined_check, enters_combination,
-                                      split_false_fail_rate)
+from specexact.audit.combined import (COMBINED_SHARE, combination_pvalue, combination_uniform, combined_check,
+                                      enters_combination, split_false_fail_rate)
 from specexact.audit.report import build_report
 from specexact.audit.zoo import CORRECT
 from specexact.reports import validate_report
@@ -145,6 +145,48 @@ def test_combined_check_of_the_briefs_pvalues():
     assert comb["pvalue"] == pytest.approx(2.25e-7, rel=0.01) and not comb["passed"]
     with pytest.raises(ValueError, match="false_fail_rate must be in"):
         combined_check(checks, 0.0)
+
+
+def _pair(case: str, name: str, pvalue: float, lower: float | None) -> dict:
+    details = {} if lower is None else {"pvalue_lower": lower}
+    return {"case": case, "name": name, "pvalue": pvalue, "passed": True, "dof": None, "detectable_tv": 0.1,
+            "details": details}
+
+
+def test_discrete_pvalues_enter_randomised_from_the_seed():
+    """A check recording ``pvalue_lower`` enters at ``lower + u (p - lower)``, ``u`` from the
+    audit's seed, case and check: the same in every run, never above the plain p-value, so
+    the combined check rejects whenever it did without it; without a seed, as it is."""
+    u = combination_uniform(0, "v8-plain", "independent_rows[class 0]")
+    assert 0.0 <= u < 1.0 and u == combination_uniform(0, "v8-plain", "independent_rows[class 0]")
+    others = {combination_uniform(1, "v8-plain", "independent_rows[class 0]"),
+              combination_uniform(0, "v12-eos-cut", "independent_rows[class 0]"),
+              combination_uniform(0, "v8-plain", "independent_calls[class 0]")}
+    assert u not in others and len(others) == 3
+    chk = _pair("v8-plain", "independent_rows[class 0]", 1.0, 0.2)
+    assert combination_pvalue(chk, 0) == pytest.approx(0.2 + u * 0.8, rel=1e-12)
+    assert combination_pvalue(chk, None) == 1.0
+    assert combination_pvalue(_pair("v8-plain", "sequence_law[class 0]", 0.3, None), 0) == 0.3
+    checks = [_pair("c", f"independent_rows[class {i}]", 1.0, 0.05) for i in range(20)]
+    checks += [_pair("c", "sequence_law[class 0]", 0.004, None)]
+    plain, randomised = combined_check(checks, 0.01), combined_check(checks, 0.01, seed=3)
+    assert plain["randomised"] == 0 and randomised["randomised"] == 20
+    assert randomised["pvalue"] < plain["pvalue"]
+    assert randomised == combined_check(checks, 0.01, seed=3)
+    # the failing check is neutralised (p = 0.5), not randomised
+    checks[0]["passed"] = False
+    assert combined_check(checks, 0.01, seed=3)["randomised"] == 19
+
+
+def test_reports_randomise_the_pair_checks(small_report):
+    """The audit's pair checks record ``pvalue_lower``; the report's combined check reads
+    them randomised from ``settings.seed`` (since 1.8), and the schema holds the count."""
+    pairs = [c for case in small_report["cases"] for c in case["checks"]
+             if c["name"].startswith(("independent_rows", "independent_calls"))]
+    assert pairs and all(0.0 <= c["details"]["pvalue_lower"] <= c["pvalue"] for c in pairs)
+    comb = small_report["combined"]
+    assert comb["randomised"] == sum(1 for c in pairs if c["passed"] and enters_combination(c))
+    validate_report(small_report)
 
 
 def _changed(report, **changes):

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from specexact.audit import quick_cases, run_audit
+from specexact.audit import SCHEMA_VERSION, quick_cases, run_audit
 from specexact.decoders import verify
 from specexact.reports import render_markdown
 
@@ -83,7 +83,7 @@ def test_no_guaranteed_tv_is_null_in_json_and_old_inf_reports_still_render_and_m
     assert any(c["detectable_tv"] is None for c in greedy_checks)
     validate_report(report)
     path = write_json(report, tmp_path / "new.json")
-    assert "null" in path.read_text() and json.loads(path.read_text())["schema_version"] == "1.7"
+    assert "null" in path.read_text() and json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
     # A report of schema 1.2 wrote the string "inf": still valid, rendered, read as None.
     old = json.loads(json.dumps(report).replace('"detectable_tv": null', '"detectable_tv": "inf"'))
     old["schema_version"] = "1.2"

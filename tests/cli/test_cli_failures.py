@@ -192,11 +192,14 @@ def test_concurrent_writers_never_share_a_report_name(tmp_path):
     assert names == [f"w{i}" for i in range(6)]
 
 
-def _wait_for_journal(run_dir: Path, proc) -> None:
+def _wait_for_journal(run_dir: Path, proc, mark: Path | None = None) -> None:
+    """Until the first case is in the journal (and, with ``mark``, the sampler has begun to
+    stall in the second: the signal then reaches the audit inside the sampler, the state
+    under test, not in the moment between the journal's write and the next call)."""
     deadline = time.monotonic() + 120
     while True:
         found = [ln for p in run_dir.glob(".journal/*.jsonl") for ln in p.read_text().splitlines() if '"case"' in ln]
-        if found:
+        if found and (mark is None or mark.exists()):
             return
         assert proc.poll() is None, proc.stderr.read()
         assert time.monotonic() < deadline, "the first case never reached the journal"
@@ -210,11 +213,13 @@ def test_interrupt_says_what_was_kept_and_the_rerun_resumes(tmp_path, sig, alpha
     args = ["audit", "--quick", "--case", "v8-plain", "--case", "v12-eos-cut", "--batches", "2", "--quiet",
             "--no-html", "--threads", "1", "--no-fuzz", "--sampler", "faulty_samplers:stall_on_v12_if_asked",
             "--false-fail-rate", str(alpha * V8_CHECKS), "--report-dir", str(run_dir)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]), "SPECEXACT_TEST_STALL": "1"}
+    mark = tmp_path / "stalled"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AUDIT_TESTS), *sys.path]), "SPECEXACT_TEST_STALL": "1",
+           "SPECEXACT_TEST_STALL_MARK": str(mark)}
     proc = subprocess.Popen([sys.executable, "-m", "specexact", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_journal(run_dir, proc)
+        _wait_for_journal(run_dir, proc, mark)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

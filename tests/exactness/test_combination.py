@@ -101,3 +101,44 @@ def test_perfectly_dependent_pvalues_combine_to_themselves():
     rng = np.random.default_rng(7)
     for p in rng.uniform(1e-9, 0.9, size=50):
         assert cauchy_combination([p] * 30, max_pvalue=1.0) == pytest.approx(p, rel=1e-9)
+
+
+def test_randomized_pvalue_of_the_pair_test_is_exactly_uniform():
+    """Every 2x2 table of the pair-agreement Fisher test with fixed margins, weighted by its
+    null (hypergeometric) probability: the randomised p-value ``lower + u (p - lower)``,
+    ``u`` uniform, has P(p_rand <= t) = t exactly, where the plain p-value is conservative."""
+    from specexact.exactness.combination import randomized_pvalue
+    from specexact.exactness.independence import pair_agreement_vs_control_check
+
+    suspect, control, equal = 40, 40, 9  # pairs of each kind, agreements in all
+    support = range(max(0, equal - control), min(equal, suspect) + 1)
+    laws = [(stats.hypergeom.pmf(x, suspect + control, equal, suspect),
+             pair_agreement_vs_control_check(x, suspect, equal - x, control, false_fail_rate=0.01))
+            for x in support]
+    assert sum(f for f, _ in laws) == pytest.approx(1.0, abs=1e-12)
+    for t in (0.003, 0.01, 0.05, 0.2, 0.5, 0.9):
+        plain = sum(f for f, r in laws if r.pvalue <= t)
+        randomised = 0.0
+        for f, r in laws:
+            p, lower = r.pvalue, r.details["pvalue_lower"]
+            assert 0.0 <= lower <= p
+            assert randomized_pvalue(p, lower, 0.0) == lower and randomized_pvalue(p, lower, 0.999999) <= p
+            randomised += f * (1.0 if p <= t else 0.0 if lower >= t else (t - lower) / (p - lower))
+        assert randomised == pytest.approx(t, abs=1e-12)
+        assert plain <= t  # the plain p-value is valid, but conservative
+    assert sum(f for f, r in laws if r.pvalue <= 0.05) < 0.8 * 0.05
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ((1.5, 0.1, 0.5), ValueError, r"pvalue must be in \[0, 1\], got 1.5"),
+    ((0.3, 0.4, 0.5), ValueError, r"pvalue_lower must be in \[0, pvalue=0.3\], got 0.4"),
+    ((0.3, -0.1, 0.5), ValueError, r"pvalue_lower must be in \[0, pvalue=0.3\], got -0.1"),
+    ((0.3, 0.1, 1.0), ValueError, r"u must be in \[0, 1\), got 1.0"),
+    ((0.3, 0.1, float("nan")), ValueError, "u must not be NaN"),
+    (("x", 0.1, 0.5), TypeError, "pvalue must be a real number"),
+])
+def test_randomized_pvalue_refuses_bad_input_by_name(args, error, match):
+    from specexact.exactness.combination import randomized_pvalue
+
+    with pytest.raises(error, match=match):
+        randomized_pvalue(*args)

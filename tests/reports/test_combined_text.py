@@ -70,3 +70,5 @@ def test_renderers_state_the_split_and_the_combined_check(small_report, capsys):
         out = capsys.readouterr().out
         assert "combined check (cauchy" in out and "for the combined check" in out
     assert "<= 5e-07: FAIL" in combined_text(failing)
+    randomised = small_report["combined"]["randomised"]
+    assert randomised > 0 and f", {randomised} discrete ones randomised within their atom" in combined_text(small_report)
