@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from specexact.audit.allocator import keep_freed_memory
+from specexact.audit.core.allocator import keep_freed_memory
 
 from . import audit_power, decoder, decoder_audit, verifier
 from ._common import GiB, REPO_ROOT, busy_warning, environment
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
         head = decoder_audit.headline_case(prof.get("fast_V", decoder_audit.HEADLINE_V), B)
         chosen = [head] if prof["fast_cases"] == "headline" else None
         if chosen is None:
-            from specexact.audit.cases import default_cases
+            from specexact.audit.cases.decoder_case import default_cases
             chosen = [head, *default_cases()]
         fp = decoder_audit.run(chosen, device=device, repeats=prof["fast_repeats"])
         results["fastpath"] = decoder_audit.to_json(fp)

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from specexact.audit.allocator import allocator_setting
+from specexact.audit.core.allocator import allocator_setting
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

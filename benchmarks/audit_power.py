@@ -1,6 +1,6 @@
 """Audit power per second: samples per second of each default audit case, and what they buy.
 
-Per case (``audit.cases.default_cases``), :func:`specexact.audit.runner.run_case` runs a
+Per case (``audit.cases.default_cases``), :func:`specexact.audit.cases.dispatch.run_case` runs a
 fixed small number of decoder calls with the built-in verifier; the time between calls
 (after the first) gives samples per second. Projected to 60 s of sampling on that case
 alone, each class's law check (``sequence_law`` against the enumerated law, or
@@ -16,7 +16,7 @@ that sample count (a fixed point: more samples make more bins; bins of >= 50 and
 audit bins, >= 200 expected counts), against the first-token throughput of two routes:
 
 - **verify-level** (what the goal line measures): the ``v32000-verify`` case
-  (:mod:`specexact.audit.verify_case`) calls the built-in verifier directly on rows that
+  (:mod:`specexact.audit.cases.verify_case`) calls the built-in verifier directly on rows that
   share the law pair, at several rows per call (one call: draws, verifier, output check);
 - **decoder-level** (for comparison): the ``v4096-zipf`` case with V=32000, one
   speculative round per sample (``max_new_tokens=1``), naive target-only sampling beside it.
@@ -31,9 +31,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from specexact.audit.cases import default_cases
-from specexact.audit.runner import checks_per_case, run_case
-from specexact.audit.verify_case import verify_call, verify_cases
+from specexact.audit.cases.decoder_case import default_cases
+from specexact.audit.cases.dispatch import checks_per_case, run_case
+from specexact.audit.cases.verify_case import verify_cases
+from specexact.audit.cases.verify_kind import verify_call
 from specexact.decoders import batch_params, naive_generate, process_logits, speculative_generate, verify
 from specexact.exactness import binned_law
 from specexact.exactness.enumeration import sequence_law
@@ -42,7 +43,7 @@ from specexact.exactness.power import min_detectable_tv_chisquare, min_num_sampl
 from ._common import fmt_rate, markdown_table, measure
 
 MIN_EXPECTED = 50.0  # chisquare_gof's default bin size
-AUDIT_MIN_EXPECTED = 200.0  # the audit's bins (specexact.audit.runner.MIN_EXPECTED)
+AUDIT_MIN_EXPECTED = 200.0  # the audit's bins (specexact.audit.cases.dispatch.MIN_EXPECTED)
 VERIFY_BATCHES = (1024, 4096, 8192)
 SUITE_FALSE_FAIL_RATE = 1e-6
 BUDGET_S = 60.0

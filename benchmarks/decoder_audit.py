@@ -1,6 +1,6 @@
 """The decoder-level audit's sampling, before and after the shared-law fast path, side by side.
 
-Per case, one audit decoder call is what :func:`specexact.audit.runner.run_case` makes per
+Per case, one audit decoder call is what :func:`specexact.audit.cases.dispatch.run_case` makes per
 batch: ``speculative_generate`` over the case's batch (``length`` tokens) and, for a
 large-vocabulary case, ``naive_generate`` beside it (the two-sample reference). Timed two ways
 in the same run, alternating:
@@ -28,8 +28,8 @@ from dataclasses import replace
 
 import torch
 
-from specexact.audit.cases import default_cases
-from specexact.audit.runner import checks_per_case
+from specexact.audit.cases.decoder_case import default_cases
+from specexact.audit.cases.dispatch import checks_per_case
 from specexact.decoders import (
     naive_generate,
     naive_generate_reference,

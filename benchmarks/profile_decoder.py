@@ -4,7 +4,7 @@
 
 The call is the ``v4096-zipf`` case at vocabulary ``V`` and ``B`` rows (γ = 3, 3 tokens):
 ``speculative_generate`` with the built-in ``verify``, then ``naive_generate`` (the
-two-sample reference), as :func:`specexact.audit.runner.run_case` makes it per batch. Wall
+two-sample reference), as :func:`specexact.audit.cases.dispatch.run_case` makes it per batch. Wall
 time is split by wrapping the stages: the models' forward calls, the logits pipeline, the
 draft / naive sampling, the verifier, the shared-law bookkeeping (grouping rows, building
 the verifier's ``[A, γ(+1), V]`` inputs) and the rest of the loop. ``before`` is the
@@ -28,7 +28,7 @@ import torch
 
 import specexact.decoders.law_engine as law_engine
 import specexact.decoders.law_table as law_table
-from specexact.audit.allocator import allocator_setting, keep_freed_memory
+from specexact.audit.core.allocator import allocator_setting, keep_freed_memory
 import specexact.decoders.naive as naive_mod
 import specexact.decoders.sampling as sampling
 import specexact.decoders.speculative as spec_mod
@@ -134,7 +134,7 @@ def _named_case(name: str, B: int):
     """The default audit case ``name`` with ``B`` rows (``V`` is the case's own)."""
     from dataclasses import replace
 
-    from specexact.audit.cases import default_cases
+    from specexact.audit.cases.decoder_case import default_cases
 
     cases = {c.name: c for c in default_cases()}
     if name not in cases:

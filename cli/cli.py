@@ -25,9 +25,9 @@ import sys
 import time
 import traceback
 
-from specexact.fuzz.cli import add_audit_fuzz_options, add_fuzz_parser  # the fuzz hook (light: no torch)
+from specexact.cli_fuzz import add_audit_fuzz_options, add_fuzz_parser  # the fuzz hook (light: no torch)
 
-from .cli_common import (DEFAULT_BUDGET_S, DEFAULT_CLI_CALL_TIMEOUT_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
+from specexact.cli_common import (DEFAULT_BUDGET_S, DEFAULT_CLI_CALL_TIMEOUT_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
                          CliError, os_error_line)
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "DEFAULT_BUDGET_S",
@@ -148,25 +148,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _audit(args) -> int:
-    from .cli_audit import audit_command
+    from specexact.cli_audit import audit_command
 
     return audit_command(args)
 
 
 def _merge(args) -> int:
-    from .cli_reports import merge_command
+    from specexact.cli_reports import merge_command
 
     return merge_command(args)
 
 
 def _render(args) -> int:
-    from .cli_reports import render_command
+    from specexact.cli_reports import render_command
 
     return render_command(args)
 
 
 def _fuzz(args) -> int:
-    from specexact.fuzz.cli import run_fuzz_command
+    from specexact.cli_fuzz import run_fuzz_command
 
     return run_fuzz_command(args)
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.started = started
     if args.command in ("audit", "fuzz"):  # the sampling commands: no page fault per large tensor
-        from specexact.audit.allocator import keep_freed_memory
+        from specexact.audit.core.allocator import keep_freed_memory
 
         keep_freed_memory()
     command = COMMANDS.get(args.command)

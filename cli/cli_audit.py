@@ -20,11 +20,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from specexact.fuzz.cli import audit_fuzz_settings, fuzz_exit_status, fuzz_status, print_fuzz
+from specexact.cli_fuzz import audit_fuzz_settings, fuzz_status, print_fuzz
 
-from .cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
+from specexact.cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
                          CliError, os_error_line)
-from .cli_output import fmt_tv, prepare_dir, prepare_file, print_table, write_outputs
+from specexact.cli_output import fmt_tv, prepare_dir, prepare_file, print_table, write_outputs
 
 __all__ = ["audit_command", "case_summary", "import_path_as_python_m", "print_findings"]
 
@@ -40,7 +40,7 @@ def import_path_as_python_m() -> None:
 
 def case_summary(case) -> str:
     """One line describing ``case`` by what it runs (for ``--list-cases``)."""
-    from specexact.audit.runner import checks_per_case
+    from specexact.audit.cases.dispatch import checks_per_case
 
     vocab = case.model.vocab_size
     if getattr(case, "kind", None) == "verify":
@@ -81,7 +81,7 @@ def _validate(args) -> None:
 def _baseline(path: str | None) -> dict | None:
     if path is None:
         return None
-    from specexact.audit.report import SCHEMA
+    from specexact.audit.verdict.build import SCHEMA
 
     try:
         baseline = json.loads(Path(path).read_text())
@@ -119,8 +119,8 @@ def _device(name: str | None):
 
 def _cases(args):
     from specexact.audit import default_cases, quick_cases
-    from specexact.audit.catalog import opt_in_cases
-    from specexact.audit.tree_case import tree_cases
+    from specexact.audit.cases.catalog import opt_in_cases
+    from specexact.audit.cases.tree_case import tree_cases
 
     cases = quick_cases() if args.quick else default_cases()
     # Tree-level cases: the defaults of tree-protocol samplers (and block-v3 of block ones);
@@ -137,8 +137,8 @@ def _cases(args):
 
 def _engine_and_cases(args):
     """``(engine, target, cases)`` of ``--engine`` / ``--method`` / ``--pair``: the engine,
-    what it resolved to, and its end-to-end cases (:func:`~specexact.audit.e2e_case.e2e_cases`)."""
-    from specexact.audit.e2e_case import e2e_cases
+    what it resolved to, and its end-to-end cases (:func:`~specexact.audit.cases.e2e.catalog.e2e_cases`)."""
+    from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines.registry import EngineError, resolve_engine
 
     if args.isolate or args.case_timeout is not None:
@@ -292,7 +292,7 @@ class _Display:
         if no_journal or not self.journal:
             return (f"interrupted after {self.finished} of {self.num_cases} case(s); nothing was kept (--no-journal): "
                     "run the command again to start over")
-        from specexact.audit.journal import read_journal
+        from specexact.audit.run.journal import read_journal
 
         kept = len(read_journal(self.journal).cases)  # what is on disk, whatever the display saw
         return (f"interrupted after {kept} of {self.num_cases} case(s); the finished cases are kept in "
@@ -335,7 +335,7 @@ def audit_command(args) -> int:
     budget = args.budget if args.budget is not None else (QUICK_BUDGET_S if args.quick else DEFAULT_BUDGET_S)
     shard = None
     if args.shard is not None:
-        from specexact.audit.shard import ShardError, parse_shard
+        from specexact.audit.run.shard import ShardError, parse_shard
 
         try:
             shard = parse_shard(args.shard)
@@ -349,9 +349,10 @@ def audit_command(args) -> int:
     journal_dir = None if args.no_journal else prepare_dir(Path(args.report_dir) / JOURNAL_SUBDIR, "the journal folder")
 
     from specexact.audit import AuditSettings, SamplerError, resolve_sampler, run_audit
-    from specexact.audit.call_timeout import with_call_timeout
-    from specexact.audit.journal import JournalBusy, held_journal
-    from specexact.audit.runner import restrict_to_sampler
+    from specexact.audit.sampler.call_timeout import with_call_timeout
+    from specexact.audit.run.journal import JournalBusy, held_journal
+    from specexact.audit.cases.dispatch import restrict_to_sampler
+    from specexact.audit.verdict.verdict import FAIL, PASS, command_verdict
 
     device = _device(args.device)
     import_path_as_python_m()
@@ -370,7 +371,7 @@ def audit_command(args) -> int:
         except SamplerError as exc:
             raise CliError(str(exc)) from exc
     if not args.case and args.engine is None:  # the sampler's protocol decides the default cases (tree samplers: tree cases)
-        from specexact.audit.catalog import default_cases_for
+        from specexact.audit.cases.catalog import default_cases_for
 
         cases = default_cases_for(verifier, quick=args.quick)
     restricted = [(c, *restrict_to_sampler(c, verifier)) for c in cases]
@@ -417,7 +418,7 @@ def audit_command(args) -> int:
     journal = held_journal(journal_path) if journal_path else None
     diff = baseline_error = None
     if baseline is not None:
-        from specexact.audit.baseline import compare_to_baseline
+        from specexact.audit.verdict.baseline import compare_to_baseline
 
         try:
             diff = compare_to_baseline(report, baseline, false_alarm_rate=args.baseline_false_alarm_rate)
@@ -438,13 +439,11 @@ def audit_command(args) -> int:
             kept = f"; the journal {journal.path} is kept: run the same command again to write them" if journal else ""
             _error_line(f"interrupted while writing the reports{kept}")
             return EXIT_ERROR
-    if baseline_error is not None:
-        status = EXIT_ERROR
-    elif diff is not None:
-        status = fuzz_exit_status(report, EXIT_FAIL if diff.regressed else EXIT_PASS)
-    else:
-        status = fuzz_exit_status(report, EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL)
-    _summary(report, paths, console, status=status, regression=diff is not None)
+    verdict = command_verdict(report["verdict"], regressed=None if diff is None else diff.regressed,
+                              fuzz_error=bool((report.get("fuzz") or {}).get("error")),
+                              comparison_failed=baseline_error is not None)
+    status = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}.get(verdict, EXIT_ERROR)
+    _summary(report, paths, console, verdict=verdict, regression=diff is not None)
     if baseline_error is not None:
         _error_line(baseline_error)
     return status
@@ -455,25 +454,28 @@ def _error_line(message: str) -> None:
     print(f"specexact: error: {message}", file=sys.stderr, flush=True)
 
 
-def _final_verdict(report: dict, status: int, regression: bool) -> str:
-    """The verdict the last line states: the one the exit status follows (in regression mode
-    the comparison with the baseline, with the audit's own verdict beside it)."""
-    word = {EXIT_PASS: "pass", EXIT_FAIL: "fail"}.get(status, "error")
-    if regression and status != EXIT_ERROR:
-        return (f"{word} ({'a regression' if status == EXIT_FAIL else 'no regression'} against the baseline; "
+def _final_verdict(report: dict, verdict: str, regression: bool) -> str:
+    """The last line's words for the command's ``verdict``
+    (:func:`~specexact.audit.verdict.verdict.command_verdict`, which the exit status follows):
+    in regression mode the comparison with the baseline, with the audit's own verdict beside
+    it; an error of an audit that passed says whether its fuzz phase could not run."""
+    from specexact.audit.verdict.verdict import ERROR, FAIL, PASS
+
+    if regression and verdict != ERROR:
+        return (f"{verdict} ({'a regression' if verdict == FAIL else 'no regression'} against the baseline; "
                 f"the audit alone: {report['verdict']})")
-    if status == EXIT_ERROR and report["verdict"] == "pass":
+    if verdict == ERROR and report["verdict"] == PASS:
         return "error (the fuzz phase could not run)" if (report.get("fuzz") or {}).get("error") else "error"
-    return word
+    return verdict
 
 
 def print_findings(report: dict, console) -> None:
-    """The findings grouped by tier (:mod:`specexact.audit.tiers`), with the counts and which
+    """The findings grouped by tier (:mod:`specexact.audit.verdict.tiers`), with the counts and which
     tiers fail the audit."""
     from rich.markup import escape
 
-    from specexact.audit.report import report_findings
-    from specexact.audit.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier, tier_counts
+    from specexact.audit.verdict.build import report_findings
+    from specexact.audit.verdict.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier, tier_counts
 
     findings = report_findings(report)
     if not findings:
@@ -498,7 +500,7 @@ def print_findings(report: dict, console) -> None:
                 console.print(f"    reproduce: {escape(f['reproduction']['command'])}", soft_wrap=True)  # one line
 
 
-def _summary(report: dict, paths: dict, console, *, status: int, regression: bool = False) -> None:
+def _summary(report: dict, paths: dict, console, *, verdict: str, regression: bool = False) -> None:
     from rich.markup import escape
 
     proc = report["settings"].get("processing") or {}
@@ -513,7 +515,7 @@ def _summary(report: dict, paths: dict, console, *, status: int, regression: boo
     print_findings(report, console)
     print_fuzz(report, console, findings=False)  # the fuzz findings are among the findings above
     threads = (report["settings"].get("threads") or {}).get("threads")
-    console.print(f"verdict: {_final_verdict(report, status, regression)}; {report['num_sequences']:,} sequences in "
+    console.print(f"verdict: {_final_verdict(report, verdict, regression)}; {report['num_sequences']:,} sequences in "
                   f"{report['wall_time_s']:.1f} s" + (f" ({threads} torch thread{'s' if threads != 1 else ''})"
                                                        if threads else "")
                   + "; reports: " + ", ".join(escape(str(p)) for p in paths.values()), soft_wrap=True)

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .cli_common import CliError, os_error_line
+from specexact.cli_common import CliError, os_error_line
 
 __all__ = ["prepare_dir", "prepare_file", "write_outputs", "print_table", "fmt_tv"]
 
@@ -71,7 +71,7 @@ def _save_elsewhere(report: dict, stem: str) -> Path | None:
 def write_outputs(report: dict, *, report_dir: str | os.PathLike, stem: str, json_path: str | None, html: bool,
                   history_limit: int, journal=None) -> dict:
     """Write the report's JSON, Markdown and HTML (``STEM[-k].*`` in ``report_dir``) and
-    ``json_path``; then finish ``journal`` (a :class:`~specexact.audit.journal.Journal`).
+    ``json_path``; then finish ``journal`` (a :class:`~specexact.audit.run.journal.Journal`).
 
     Returns
     -------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cli_common import EXIT_FAIL, EXIT_PASS, CliError, os_error_line
-from .cli_output import prepare_dir, prepare_file, print_table, write_outputs
+from specexact.cli_common import EXIT_FAIL, EXIT_PASS, CliError, os_error_line
+from specexact.cli_output import prepare_dir, prepare_file, print_table, write_outputs
 
 __all__ = ["merge_command", "render_command"]
 
@@ -15,7 +15,8 @@ def merge_command(args) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from specexact.audit.shard import ShardError, merge_reports
+    from specexact.audit.run.shard import ShardError
+    from specexact.reports.merge import merge_reports
     from specexact.reports import read_json, report_stem
 
     console = Console(stderr=True)
@@ -49,7 +50,7 @@ def render_command(args) -> int:
     from rich.markup import escape
 
     from specexact.reports import SchemaError, load_history, read_json, render_html, render_markdown, validate_report
-    from specexact.reports.json_report import write_text
+    from specexact.audit.core.json_io import write_text
 
     console = Console(stderr=True)
     path = Path(args.report)

@@ -20,7 +20,7 @@ _WHERE = {"RULES": "rules", "FuzzerError": "rules", "RuleBroken": "rules", "Find
 
 
 def __getattr__(name: str):
-    """The public names, imported on first use (``specexact.fuzz.cli`` is imported by the
+    """The public names, imported on first use (``specexact.cli_fuzz`` is imported by the
     command line at start-up and must not pull in torch and Hypothesis)."""
     if name in _WHERE:
         return getattr(import_module(f".{_WHERE[name]}", __name__), name)

@@ -10,7 +10,7 @@ fuzz settings (:class:`~specexact.fuzz.settings.FuzzSettings`) in two phases:
    :func:`finding_key` (rule, the example's input family, and for the acceptance rule the
    direction of the wrong decision) is remembered with the first example that broke it. For
    a fixed seed and example count the set of keys is therefore the same in every run and
-   every process (regression mode compares it: :mod:`specexact.audit.baseline`); it does
+   every process (regression mode compares it: :mod:`specexact.audit.verdict.baseline`); it does
    not depend on which failure Hypothesis happened to meet first, nor on the database.
    With an example database, its saved failures are replayed first (read only) as extra
    examples: a defect found in an earlier run with another seed stays found until fixed.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings as hypothesis_settings
 
-from .rules import RuleBroken
+from specexact.fuzz.rules import RuleBroken
 
 __all__ = ["FamilyRun", "run_family", "family_seed", "finding_key", "MAX_SHRUNK_KEYS"]
 

@@ -31,12 +31,12 @@ from typing import Callable
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from .generation import SEEDS, logits_examples, prob_examples
-from .invalid import LOGITS_CORRUPTIONS, PROB_CORRUPTIONS, check_refused
-from .invariants import check_call_invariants
-from .probes import probe_example
-from .subject import Call, Subject
-from .trees import (LOSSLESS_TREE_SCHEMES, TREE_CORRUPTIONS, check_tree_call, check_tree_refused, tree_examples)
+from specexact.fuzz.generation import SEEDS, logits_examples, prob_examples
+from specexact.fuzz.invalid import LOGITS_CORRUPTIONS, PROB_CORRUPTIONS, check_refused
+from specexact.fuzz.invariants import check_call_invariants
+from specexact.fuzz.probes import probe_example
+from specexact.fuzz.subject import Call, Subject
+from specexact.fuzz.trees import (LOSSLESS_TREE_SCHEMES, TREE_CORRUPTIONS, check_tree_call, check_tree_refused, tree_examples)
 
 __all__ = ["Family", "families_for", "not_applicable", "PROBE_MAX_VOCAB", "INVALID_MAX_VOCAB"]
 

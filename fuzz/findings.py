@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 
-from .engine import FamilyRun
-from .replay import replay_script
-from .rules import RULES, RuleBroken
-from .settings import FuzzSettings
-from .subject import Subject
+from specexact.fuzz.engine import FamilyRun
+from specexact.fuzz.replay import replay_script
+from specexact.fuzz.rules import RULES, RuleBroken
+from specexact.fuzz.settings import FuzzSettings
+from specexact.fuzz.subject import Subject
 
 __all__ = ["Finding", "FuzzResult", "finding_of", "known_findings"]
 

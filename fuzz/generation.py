@@ -31,7 +31,7 @@ from specexact.strategies import (
     vocab_sizes,
 )
 
-from .examples import NEAR_EQUAL_FAMILIES, LogitsExample, NearEqualPair, ProbExample
+from specexact.fuzz.examples import NEAR_EQUAL_FAMILIES, LogitsExample, NearEqualPair, ProbExample
 
 __all__ = ["prob_examples", "near_equal_pairs", "logits_examples", "within_processing", "shrinkable_vocab_sizes",
            "SEEDS"]

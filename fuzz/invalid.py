@@ -12,10 +12,10 @@ import torch
 
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 
-from .examples import ProbInputs
-from .invariants import GLOBAL_SEED
-from .rules import rule_error
-from .subject import Call, CallTimeout, Subject
+from specexact.fuzz.examples import ProbInputs
+from specexact.fuzz.invariants import GLOBAL_SEED
+from specexact.fuzz.rules import rule_error
+from specexact.fuzz.subject import Call, CallTimeout, Subject
 
 __all__ = ["PROB_CORRUPTIONS", "LOGITS_CORRUPTIONS", "corrupt", "check_refused", "BadGenerator"]
 

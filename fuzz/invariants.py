@@ -17,10 +17,10 @@ import torch
 
 from specexact.decoders import VerifierProtocolError, check_verifier_output
 
-from .examples import ProbInputs
-from .reference import acceptance_band, forbidden_tokens, target_law
-from .rules import rule_error
-from .subject import Call, CallTimeout, Subject
+from specexact.fuzz.examples import ProbInputs
+from specexact.fuzz.reference import acceptance_band, forbidden_tokens, target_law
+from specexact.fuzz.rules import rule_error
+from specexact.fuzz.subject import Call, CallTimeout, Subject
 
 __all__ = ["GLOBAL_SEED", "OTHER_GLOBAL_SEED", "checked_call", "check_output", "check_call_invariants",
            "has_random_decision", "snapshot", "same_inputs"]

@@ -26,11 +26,11 @@ import torch
 
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 
-from .examples import ProbInputs
-from .invariants import checked_call
-from .reference import acceptance_band, forbidden_tokens, target_law
-from .rules import RuleBroken, rule_error
-from .subject import Call, Subject
+from specexact.fuzz.examples import ProbInputs
+from specexact.fuzz.invariants import checked_call
+from specexact.fuzz.reference import acceptance_band, forbidden_tokens, target_law
+from specexact.fuzz.rules import RuleBroken, rule_error
+from specexact.fuzz.subject import Call, Subject
 
 __all__ = ["position_inputs", "probe_rows", "all_probe_rows", "zeroed_rows", "stack_rows", "probe_call", "probe_example", "grid_values"]
 

@@ -20,7 +20,7 @@ import torch
 
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 
-from .examples import ProbInputs
+from specexact.fuzz.examples import ProbInputs
 
 __all__ = ["forbidden_tokens", "AcceptanceBand", "acceptance_band", "relative_tolerance", "target_law"]
 

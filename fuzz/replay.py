@@ -15,9 +15,9 @@ import torch
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 from specexact.strategies import params_repr
 
-from .examples import REPLAY_IMPORTS, ProbInputs
-from .invariants import GLOBAL_SEED, OTHER_GLOBAL_SEED
-from .subject import Call
+from specexact.fuzz.examples import REPLAY_IMPORTS, ProbInputs
+from specexact.fuzz.invariants import GLOBAL_SEED, OTHER_GLOBAL_SEED
+from specexact.fuzz.subject import Call
 
 __all__ = ["replay_script", "tensor_literal", "LITERAL_MAX_NUMBERS"]
 

@@ -8,12 +8,12 @@ from typing import Callable
 
 import torch
 
-from .engine import run_family
-from .families import families_for, not_applicable
-from .findings import FuzzResult, finding_of
-from .hypothesis_env import without_local_constants
-from .settings import FuzzSettings
-from .subject import Subject
+from specexact.fuzz.engine import run_family
+from specexact.fuzz.families import families_for, not_applicable
+from specexact.fuzz.findings import FuzzResult, finding_of
+from specexact.fuzz.hypothesis_env import without_local_constants
+from specexact.fuzz.settings import FuzzSettings
+from specexact.fuzz.subject import Subject
 
 __all__ = ["run_fuzz"]
 

@@ -31,7 +31,7 @@ from specexact.decoders.adapters.protocol import (
 )
 from specexact.decoders.processing import LogitsProcessing
 
-from .examples import ProbInputs
+from specexact.fuzz.examples import ProbInputs
 
 __all__ = ["Subject", "Call", "CallTimeout", "PROTOCOL_DTYPES"]
 

@@ -38,10 +38,10 @@ from specexact.decoders.adapters.protocol import tree_drafting_of
 from specexact.decoders.tree.protocol import check_tree_output
 from specexact.strategies import TreeVerifyCase, draft_trees
 
-from .invalid import expect_refusal
-from .invariants import GLOBAL_SEED, OTHER_GLOBAL_SEED, guarded_call
-from .rules import rule_error
-from .subject import Call, Subject
+from specexact.fuzz.invalid import expect_refusal
+from specexact.fuzz.invariants import GLOBAL_SEED, OTHER_GLOBAL_SEED, guarded_call
+from specexact.fuzz.rules import rule_error
+from specexact.fuzz.subject import Call, Subject
 
 __all__ = ["TreeProbInputs", "TreeExample", "tree_examples", "check_tree_call", "tree_forbidden",
            "TREE_CORRUPTIONS", "corrupt_tree", "check_tree_refused", "LOSSLESS_TREE_SCHEMES", "TREE_MAX_VOCAB",

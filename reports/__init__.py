@@ -7,10 +7,10 @@ import datetime as _dt
 import os
 from pathlib import Path
 
-from .json_report import read_json, report_to_jsonable, to_jsonable, write_json, write_text
-from .markdown import render_markdown
-from .schema import REPORT_SCHEMA, SchemaError, validate_report
-from .trend import load_history
+from specexact.audit.core.json_io import read_json, report_to_jsonable, to_jsonable, write_json, write_text
+from specexact.reports.markdown import render_markdown
+from specexact.reports.schema import REPORT_SCHEMA, SchemaError, validate_report
+from specexact.reports.trend import load_history
 
 __all__ = [
     "REPORT_SUFFIXES",
@@ -33,7 +33,7 @@ __all__ = [
 
 def render_html(report: dict, history=()) -> str:
     """See :func:`specexact.reports.html.render_html` (imports matplotlib and jinja2 lazily)."""
-    from .html import render_html as _render
+    from specexact.reports.html import render_html as _render
 
     return _render(report, history)
 

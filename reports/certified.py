@@ -34,6 +34,6 @@ def certified_tv_text(check: dict) -> str:
 
 
 def lossy_interval_text(row: dict) -> str:
-    """``"0.18 [0.15, 0.21] (99 %)"`` for a :func:`~specexact.audit.report.lossy_measurements` row."""
+    """``"0.18 [0.15, 0.21] (99 %)"`` for a :func:`~specexact.audit.verdict.build.lossy_measurements` row."""
     return (f"{row['estimate']:.3g} [{row['lower']:.3g}, {row['upper']:.3g}] "
             f"({100 * (1 - row['delta']):g} %)")

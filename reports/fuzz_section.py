@@ -11,7 +11,7 @@ jinja2's autoescaping.
 
 from __future__ import annotations
 
-from .escaping import markdown_cell as _cell  # one escaping rule for the whole report
+from specexact.reports.escaping import markdown_cell as _cell  # one escaping rule for the whole report
 
 __all__ = ["fuzz_markdown", "fuzz_html"]
 
@@ -49,8 +49,8 @@ def _share(report: dict) -> str:
 
 
 def _tier_label(finding: dict) -> str:
-    """The finding's tier as reports name it (:mod:`specexact.audit.tiers`)."""
-    from specexact.audit.tiers import TIER_LABELS, tier_of
+    """The finding's tier as reports name it (:mod:`specexact.audit.verdict.tiers`)."""
+    from specexact.audit.verdict.tiers import TIER_LABELS, tier_of
 
     tier = finding.get("tier") or tier_of(finding)
     return TIER_LABELS.get(tier, tier)

@@ -11,10 +11,10 @@ import base64
 import math
 from typing import Sequence
 
-from .baseline_text import baseline_headline, baseline_lines
-from .combined_text import combined_text, split_text
-from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
-from .fuzz_section import fuzz_html
+from specexact.reports.baseline_text import baseline_headline, baseline_lines
+from specexact.reports.combined_text import combined_text, split_text
+from specexact.reports.certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+from specexact.reports.fuzz_section import fuzz_html
 
 __all__ = ["render_html"]
 
@@ -282,8 +282,8 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
     """
     import jinja2
 
-    from . import plots
-    from .trend import summarize
+    from specexact.reports import plots
+    from specexact.reports.trend import summarize
 
     s = report["settings"]
     alpha = s["per_check_false_fail_rate"]
@@ -389,9 +389,9 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
 
 def _tier_groups(report: dict) -> dict:
     """Every finding (fuzz findings included) grouped by tier, with the counts and whether
-    the tier fails the audit (:mod:`specexact.audit.tiers`)."""
-    from specexact.audit.report import report_findings
-    from specexact.audit.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
+    the tier fails the audit (:mod:`specexact.audit.verdict.tiers`)."""
+    from specexact.audit.verdict.build import report_findings
+    from specexact.audit.verdict.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
 
     findings = report_findings(report)
     bad = failing_tiers(bool((report.get("settings") or {}).get("strict_inputs")))
@@ -404,6 +404,6 @@ def _tier_groups(report: dict) -> dict:
 
 def _diagnosis_rows(report: dict) -> list[dict]:
     """The diagnosis (report 1.3+) as rows for the page, first on it."""
-    from .diagnosis_text import diagnosis_rows
+    from specexact.reports.diagnosis_text import diagnosis_rows
 
     return diagnosis_rows(report["diagnosis"]) if report.get("diagnosis") else []

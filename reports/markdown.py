@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .baseline_text import baseline_headline, baseline_lines
-from .combined_text import combined_text, split_text
-from .certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
-from .escaping import markdown_cell as _cell
-from .fuzz_section import fuzz_markdown
+from specexact.reports.baseline_text import baseline_headline, baseline_lines
+from specexact.reports.combined_text import combined_text, split_text
+from specexact.reports.certified import CERTIFIED_TV_NOTE, certified_tv_text, lossy_interval_text
+from specexact.reports.escaping import markdown_cell as _cell
+from specexact.reports.fuzz_section import fuzz_markdown
 
 __all__ = ["render_markdown"]
 
@@ -79,7 +79,7 @@ def _diagnosis_section(report: dict) -> list[str]:
     diag = report.get("diagnosis")
     if not diag:
         return []
-    from .diagnosis_text import diagnosis_rows
+    from specexact.reports.diagnosis_text import diagnosis_rows
 
     rows = diagnosis_rows(diag)
     lines = [f"## Diagnosis: {_cell(diag.get('summary', ''))}", ""]
@@ -98,9 +98,9 @@ def _diagnosis_section(report: dict) -> list[str]:
 
 def _findings_section(report: dict) -> list[str]:
     """Every finding (fuzz findings included), grouped by tier with the counts, saying which
-    tiers fail the audit (:mod:`specexact.audit.tiers`)."""
-    from specexact.audit.report import report_findings
-    from specexact.audit.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
+    tiers fail the audit (:mod:`specexact.audit.verdict.tiers`)."""
+    from specexact.audit.verdict.build import report_findings
+    from specexact.audit.verdict.tiers import TIER_LABELS, TIER_TEXT, TIERS, failing_tiers, findings_by_tier, tier_counts
 
     findings = report_findings(report)
     if not findings:
@@ -250,7 +250,7 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
     if history:
         lines += ["", f"## Trend (this report and the {len(history)} before it in this folder)", "",
                   "| report (UTC) | verdict | failed checks | median detectable TV |", "|---|---|---|---|"]
-        from .trend import summarize
+        from specexact.reports.trend import summarize
 
         for h in list(history) + [summarize(report)]:
             lines.append(f"| {str(h['started_at'])[:19].replace('T', ' ')} | {h['verdict']} | "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Nightly calibration of the audit: false-fail ratios of its checks on a correct verifier.
 
-Runs the real case runner (``specexact.audit.runner.run_case``) with a correct verifier
+Runs the real case runner (``specexact.audit.cases.dispatch.run_case``) with a correct verifier
 (default: the built-in ``verify``) on groups of cases over as many seeds as a time budget
 allows, records every check's p-value, and compares the rejection frequency of each check
 type with nominal at several levels (ratio = rejections / (trials * level)). Where enough
@@ -10,14 +10,14 @@ trials were pooled, each (type, level) ratio gets a verdict from
 pair tests), with the whole table's false-fail rate ``--false-fail-rate`` split over its
 rows (Bonferroni). Writes a JSON file and prints Markdown tables.
 
-The audit's combined check (``specexact.audit.combined``: the Cauchy combination of the
+The audit's combined check (``specexact.audit.checks.combined``: the Cauchy combination of the
 checks' p-values with half of the audit's rate) and the audit's verdict as a whole
 ("overall": a check at ``p <= (1 - share) * level / m`` or the combination of the others at
 ``p <= share * level``) are calibrated too, each (group, seed) an audit of the group's cases
 and each (case, seed) an audit of one case: rows ``combined[...]`` and ``overall[...]``
 (band [0.5, 2]; the combination's validity under dependence is asymptotic for small rates).
 The combination reads the discrete checks' p-values randomised within their atom, as the
-audit does (``specexact.audit.combined.combination_pvalue``).
+audit does (``specexact.audit.checks.combined.combination_pvalue``).
 
 Groups (time shares in parentheses):
 
@@ -47,10 +47,10 @@ import numpy as np
 import torch
 
 from specexact.audit import default_cases, quick_cases, resolve_sampler
-from specexact.audit.audit import environment
-from specexact.audit.combined import COMBINED_SHARE, EXACT_RULES, combination_pvalue
+from specexact.audit.run.stages import environment
+from specexact.audit.checks.combined import COMBINED_SHARE, EXACT_RULES, combination_pvalue
 from specexact.exactness import calibration_ratio_check, cauchy_combination
-from specexact.audit.selfcheck import (
+from specexact.audit.zoo.selfcheck import (
     cached_exact_laws,
     calibration_case,
     calibration_table,

@@ -4,7 +4,7 @@ on a correct verifier: false-fail ratios at several levels, with replicate count
 
 Each seed runs a case's decoder calls with the decision observer and splits the batch into
 groups of rows, each group one independent trial of every PIT check
-(``specexact.audit.decisions_calibration.decision_null_pvalues``). The ratio of rejections
+(``specexact.audit.zoo.decisions_calibration.decision_null_pvalues``). The ratio of rejections
 to ``trials * level`` gets a verdict from ``calibration_ratio_check`` (band [0.5, 2]) where
 the trials suffice for the per-row false-fail rate (``--false-fail-rate`` over the rows).
 
@@ -23,8 +23,8 @@ import time
 import torch
 
 from specexact.audit import default_cases, resolve_sampler
-from specexact.audit.decisions_calibration import PIT_CHECKS, decision_null_pvalues
-from specexact.audit.selfcheck import calibration_case, calibration_table
+from specexact.audit.zoo.decisions_calibration import PIT_CHECKS, decision_null_pvalues
+from specexact.audit.zoo.selfcheck import calibration_case, calibration_table
 
 
 def main(argv=None) -> int:

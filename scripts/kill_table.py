@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from specexact.audit.selfcheck import kill_table, kill_table_markdown
+from specexact.audit.zoo.selfcheck import kill_table, kill_table_markdown
 from specexact.audit.zoo import CORRECT, WRONG
 
 

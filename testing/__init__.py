@@ -14,7 +14,7 @@ a test file to copy. :func:`assert_engine_exact` / :func:`audit_engine` and the
 (:mod:`specexact.testing.engine`).
 """
 
-from .assertions import (
+from specexact.testing.assertions import (
     DEFAULT_BATCHES,
     DEFAULT_CALL_TIMEOUT_S,
     AuditResult,
@@ -25,8 +25,8 @@ from .assertions import (
     case_names,
     sampler_name_of,
 )
-from .engine import DEFAULT_ENGINE_BATCHES, assert_engine_exact, audit_engine
-from .profiles import register_profiles
+from specexact.testing.engine import DEFAULT_ENGINE_BATCHES, assert_engine_exact, audit_engine
+from specexact.testing.profiles import register_profiles
 
 __all__ = [
     "AuditResult",

@@ -8,7 +8,7 @@ message), applied to a whole speculative-decoding verifier:
   (:func:`specexact.audit.run_audit`) and return an :class:`AuditResult` with the numbers;
 - :func:`assert_verifier_exact` / :func:`assert_logits_verifier_exact` do the same and
   raise :class:`AssertionError` whose message lists every finding by severity tier
-  (:mod:`specexact.audit.tiers`): the check, its p-value and detectable TV, the replay
+  (:mod:`specexact.audit.verdict.tiers`): the check, its p-value and detectable TV, the replay
   command, and a Python line that replays it.
 
 An assertion fails on a finding of the tiers *inexact*, *defect on valid input* and
@@ -22,9 +22,9 @@ refused — and its generated statistical cases) runs by default, as in ``specex
 audit``: a verifier drawing from torch's global RNG fails. ``fuzz=False`` leaves it out
 (docs/ci/pytest-plugin.md states its cost). Every call of the verifier is limited to
 ``call_timeout_s`` seconds (default
-:data:`~specexact.audit.call_timeout.DEFAULT_CALL_TIMEOUT_S`): a hanging verifier becomes
+:data:`~specexact.audit.sampler.call_timeout.DEFAULT_CALL_TIMEOUT_S`): a hanging verifier becomes
 a *defect on valid input* (``timeout``) instead of hanging the test
-(:mod:`specexact.audit.call_timeout`). A crash shows the verifier's traceback, and a
+(:mod:`specexact.audit.sampler.call_timeout`). A crash shows the verifier's traceback, and a
 failing assertion's message ends with the part-by-part diagnosis.
 
 A correct verifier fails an assertion with probability at most ``false_fail_rate`` (split
@@ -72,7 +72,7 @@ def case_names(which: str = "quick") -> list[str]:
 
 def _case_set(which: str) -> list:
     from specexact.audit import default_cases, quick_cases
-    from specexact.audit.catalog import opt_in_cases
+    from specexact.audit.cases.catalog import opt_in_cases
 
     if which == "quick":
         return quick_cases()
@@ -147,21 +147,21 @@ class AuditResult:
     def findings(self) -> list[dict]:
         """The report's findings (failing checks, defects and fuzz findings), each with
         ``tier`` and ``reproduction``."""
-        from specexact.audit.report import report_findings
+        from specexact.audit.verdict.build import report_findings
 
         return report_findings(self.report)
 
     @property
     def tiers(self) -> dict:
         """Findings per tier: ``{"inexact": n, "defect": n, "under_accepting": n, "hardening": n}``."""
-        from specexact.audit.tiers import tier_counts
+        from specexact.audit.verdict.tiers import tier_counts
 
         return tier_counts(self.findings)
 
     @property
     def failing_findings(self) -> list[dict]:
         """The findings whose tier fails the audit (hardening only with ``strict_inputs``)."""
-        from specexact.audit.tiers import failing_tiers
+        from specexact.audit.verdict.tiers import failing_tiers
 
         bad = failing_tiers(bool(self.report["settings"].get("strict_inputs")))
         return [f for f in self.findings if f["tier"] in bad]
@@ -203,7 +203,7 @@ class AuditResult:
     def message(self) -> str:
         """What an assertion prints: a one-line verdict, every finding by tier with its
         replay (a defect with the verifier's traceback), then the diagnosis part by part."""
-        from specexact.audit.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier
+        from specexact.audit.verdict.tiers import TIER_LABELS, TIERS, failing_tiers, findings_by_tier
 
         s = self.report["settings"]
         sizes = (f"{s['num_batches']} decoder calls per case" if s.get("num_batches") is not None
@@ -259,7 +259,7 @@ class AuditResult:
 
 def _defect_lines(defect: str, message: str, shown: dict, label: str) -> list[str]:
     """The lines of a defect's details below its finding: the sampler's traceback (what
-    :func:`specexact.audit.case_result.sampler_failure` recorded), without the first line
+    :func:`specexact.audit.cases.result.sampler_failure` recorded), without the first line
     when it repeats the finding's message, and only once per message when several cases
     hit the same one (``shown`` remembers them)."""
     body = defect.rstrip().splitlines()
@@ -275,7 +275,7 @@ def _defect_lines(defect: str, message: str, shown: dict, label: str) -> list[st
 
 
 def _diagnosis_lines(report: dict) -> list[str]:
-    """The diagnosis (:func:`specexact.audit.diagnosis.diagnose`) part by part, as the
+    """The diagnosis (:func:`specexact.audit.verdict.diagnosis.diagnose`) part by part, as the
     Markdown report shows it (parts not tested left out), when anything was found."""
     from specexact.reports.diagnosis_text import diagnosis_rows
 
@@ -307,11 +307,11 @@ def _python_replay(report: dict, finding: dict) -> str:
     threads = repro.get("threads")
     config = next((c.get("config") or {} for c in report["cases"] if c["name"] == finding["case"]), {})
     if config.get("kind") == "e2e":  # an engine's end-to-end case: audit_engine, built from the engine again
-        from specexact.audit.report import _engine_name
+        from specexact.audit.verdict.reproduction_commands import engine_argument
 
         return ("from specexact.testing import audit_engine; "
                 "from specexact.decoders.engines.registry import resolve_engine; "
-                f"print(audit_engine(resolve_engine({_engine_name(report['sampler'])!r})[0], "
+                f"print(audit_engine(resolve_engine({engine_argument(report['sampler'])!r})[0], "
                 f"method={config.get('method')!r}, pair={config.get('pair')!r}, "
                 f"requests_per_class={config.get('requests_per_class')!r}, "
                 f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, batches={repro['num_batches']}, "
@@ -340,7 +340,7 @@ def _audit(verifier, *, level: str, cases, batches, budget_s, false_fail_rate, s
            sampler_name, fuzz=True, fuzz_examples=None, strict_inputs=False,
            call_timeout_s=DEFAULT_CALL_TIMEOUT_S) -> AuditResult:
     from specexact.audit import AuditSettings, run_audit
-    from specexact.audit.call_timeout import with_call_timeout
+    from specexact.audit.sampler.call_timeout import with_call_timeout
     from specexact.decoders.adapters.protocol import is_logits_level
 
     if level == "logits" and not is_logits_level(verifier):
@@ -397,7 +397,7 @@ _COMMON = """cases : {"quick", "default", "all"} or sequence of str or of cases
     call_timeout_s : float or None
         Seconds one call of the verifier may take (default :data:`DEFAULT_CALL_TIMEOUT_S`);
         past it the call is a hang: a *defect on valid input* of kind ``timeout``, and the
-        verifier is not called again (:func:`specexact.audit.call_timeout.with_call_timeout`).
+        verifier is not called again (:func:`specexact.audit.sampler.call_timeout.with_call_timeout`).
         None: no limit."""
 
 

@@ -1,7 +1,7 @@
 """End-to-end exactness assertions for an engine's own generate loop, and their pytest fixture.
 
 ``from specexact.testing import assert_engine_exact`` — run the end-to-end audit
-(:mod:`specexact.audit.e2e_case`) of an :class:`~specexact.decoders.engines.EndToEndEngine`
+(:mod:`specexact.audit.cases.e2e`) of an :class:`~specexact.decoders.engines.EndToEndEngine`
 on specexact's tiny models and raise :class:`AssertionError` listing every finding;
 :func:`audit_engine` returns the :class:`~specexact.testing.AuditResult` instead. The fixture
 ``specexact_engine_check(engine, **overrides)`` does the same at the test's share of the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from .assertions import AuditResult
+from specexact.testing.assertions import AuditResult
 
 __all__ = ["audit_engine", "assert_engine_exact", "specexact_engine_check", "DEFAULT_ENGINE_BATCHES",
            "DEFAULT_ENGINE_CALL_TIMEOUT_S"]
@@ -65,7 +65,7 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
     call_timeout_s : float or None
         Seconds one ``load`` or ``generate`` call may take before it counts as a hang (a
         defect of kind ``timeout``; the engine is not called again:
-        :class:`specexact.audit.call_timeout.TimedEngine`); None: no limit.
+        :class:`specexact.audit.sampler.call_timeout.TimedEngine`); None: no limit.
 
     Returns
     -------
@@ -80,8 +80,8 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
         ``call_timeout_s`` that is not a positive number.
     """
     from specexact.audit import AuditSettings, run_audit
-    from specexact.audit.call_timeout import with_call_timeout
-    from specexact.audit.e2e_case import e2e_cases
+    from specexact.audit.sampler.call_timeout import with_call_timeout
+    from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines import is_engine
 
     if not is_engine(engine):

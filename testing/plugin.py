@@ -51,8 +51,8 @@ import math
 
 import pytest
 
-from .assertions import DEFAULT_CALL_TIMEOUT_S  # light: no torch at plugin load
-from .profiles import register_profiles
+from specexact.testing.assertions import DEFAULT_CALL_TIMEOUT_S  # light: no torch at plugin load
+from specexact.testing.profiles import register_profiles
 
 __all__ = ["SessionBudget", "DEFAULT_SESSION_FALSE_FAIL_RATE", "MARKER", "FIXTURES", "audits_of"]
 
@@ -274,7 +274,7 @@ class _Checker:
         __tracebackhide__ = True
         from specexact.decoders.adapters.protocol import is_logits_level
 
-        from .assertions import assert_logits_verifier_exact, assert_verifier_exact
+        from specexact.testing.assertions import assert_logits_verifier_exact, assert_verifier_exact
 
         if "false_fail_rate" in overrides:
             raise TypeError("specexact_check takes its false-fail rate from the session budget; set "
@@ -303,4 +303,4 @@ def specexact_check(request, specexact_false_fail_rate):
     return _Checker(request.node, specexact_false_fail_rate)
 
 
-from .engine import specexact_engine_check  # noqa: E402,F401 - the end-to-end fixture, registered with the plugin
+from specexact.testing.engine import specexact_engine_check  # noqa: E402,F401 - the end-to-end fixture, registered with the plugin

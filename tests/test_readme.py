@@ -26,7 +26,7 @@ def sci(x: float) -> str:
 
 
 def test_schema_version_matches_the_code_and_schema_md():
-    from specexact.audit.report import SCHEMA, SCHEMA_VERSION
+    from specexact.audit.verdict.build import SCHEMA, SCHEMA_VERSION
     from specexact.reports.schema import REPORT_SCHEMA
 
     assert f"schema `{SCHEMA}`, version `{SCHEMA_VERSION}`" in FLAT
@@ -75,8 +75,9 @@ def test_defaults_stated_in_the_documentation():
 
 
 def test_statistical_figures():
-    from specexact.audit.levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
-    from specexact.audit.plan import FALSE_PASS_RATE, THREAD_ADVANTAGE
+    from specexact.audit.core.levels import CHI2_TAIL_INFLATION, MIN_EXPECTED
+    from specexact.audit.run.pilot import THREAD_ADVANTAGE
+    from specexact.audit.run.sample_sizes import FALSE_PASS_RATE
     from specexact.testing.profiles import PROFILE_SETTINGS
 
     assert f"bins of ≥ {MIN_EXPECTED:g} expected counts" in FLAT
@@ -88,7 +89,7 @@ def test_statistical_figures():
 
 
 def test_exit_statuses_and_paths():
-    from specexact.audit.journal import journal_path, lock_path
+    from specexact.audit.run.journal import journal_path, lock_path
     from specexact.cli import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR
 
     assert (EXIT_PASS, EXIT_FAIL, EXIT_ERROR) == (0, 1, 2)

@@ -106,7 +106,7 @@ PROTOCOLS = ("chain", "tree")
 - ``"tree"``: the tree / multi-draft protocol of :mod:`specexact.decoders.tree.protocol`
   (``draft_token_ids [B, N]``, ``parent_ids [B, N]``, ``draft_probs [B, N, V]``,
   ``target_probs [B, N+1, V]`` -> ``TreeVerifyOutput(tokens [B, D+1], accepted_nodes [B, D])``);
-  the audit drives it with the tree decoder's cases (:mod:`specexact.audit.tree_case`).
+  the audit drives it with the tree decoder's cases (:mod:`specexact.audit.cases.tree_case`).
 """
 
 TREE_DRAFTING = ("iid", "without_replacement", "top_k")

@@ -352,7 +352,7 @@ ZERO_PROBABILITY_ACCEPTANCE = {
     "fuzz_rule": "zero_probability_token",  # the rule of specexact.fuzz that finds it
 }
 """The smallest reproduction found (B=1, K=1, V=2); see
-:func:`specexact.audit.reproduce.reproduction_script`."""
+:func:`specexact.audit.verdict.reproduce.reproduction_script`."""
 
 ZERO_MASS_RESIDUAL_CRASH = {
     "id": "transformers-zero-mass-residual-crash",

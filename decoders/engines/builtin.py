@@ -4,7 +4,7 @@
 and runs :func:`~specexact.decoders.speculative_generate` (``speculative=True``) or
 :func:`~specexact.decoders.naive_generate` (``speculative=False``) on them: the reference
 an end-to-end audit of a real engine is read against, and the correct engine that the planted
-end-to-end faults of :mod:`specexact.audit.zoo_e2e` wrap.
+end-to-end faults of :mod:`specexact.audit.zoo.e2e` wrap.
 
 Requests of one call are grouped by prompt length, ``max_tokens``, ``min_tokens`` and EOS
 (one decoder call per group, rows in request order); each group draws from one
@@ -66,7 +66,7 @@ class BuiltinEngine:
     Notes
     -----
     The hooks :meth:`speculative_target`, :meth:`speculative_params`, :meth:`generator` and
-    :attr:`verifier` are what the planted faults of :mod:`specexact.audit.zoo_e2e` override.
+    :attr:`verifier` are what the planted faults of :mod:`specexact.audit.zoo.e2e` override.
     """
 
     name = "builtin"

@@ -272,7 +272,7 @@ class VllmEngine:
         return generation_results(outputs, self.num_speculative_tokens if speculative else None)
 
     def reload(self) -> None:
-        """Start again after a generate call raised (:func:`specexact.audit.e2e_case.ensure_loaded`):
+        """Start again after a generate call raised (:func:`specexact.audit.cases.e2e.engine_call.ensure_loaded`):
         the ``LLM`` that raised is shut down and started again, the other one is kept (an
         ``LLM`` start costs 6-12 s on 2 cores; the crash search reloads after every crash).
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specexact.audit import SamplerError, resolve_sampler
-from specexact.audit.decisions_checks import DECISION_CHECKS
+from specexact.audit.checks.decisions_checks import DECISION_CHECKS
 from specexact.cli import main
 
 QUICK = ["--case", "v8-plain", "--batches", "2", "--quiet", "--no-fuzz"]
@@ -191,7 +191,7 @@ def test_a_device_without_generators_is_exit_2(tmp_path, capsys):
 
 def test_a_comparison_that_fails_keeps_the_reports_and_exits_2(tmp_path, capsys, monkeypatch):
     """The audit's result is not lost when the baseline comparison itself fails."""
-    import specexact.audit.baseline as baseline_mod
+    import specexact.audit.verdict.baseline as baseline_mod
 
     def broken(*a, **k):
         raise TypeError("planted\nin the comparison")

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from specexact.audit.catalog import find_case
-from specexact.audit.runner import checks_per_case
+from specexact.audit.cases.catalog import find_case
+from specexact.audit.cases.dispatch import checks_per_case
 from specexact.cli import QUICK_BUDGET_S, main
 
 
@@ -36,8 +36,8 @@ def test_quick_runs_in_its_own_small_budget_and_says_how_it_plans(tmp_path, caps
 
 def test_list_cases_describes_each_case_by_what_it_runs(capsys):
     from specexact.audit import default_cases
-    from specexact.audit.catalog import opt_in_cases
-    from specexact.audit.tree_case import tree_cases
+    from specexact.audit.cases.catalog import opt_in_cases
+    from specexact.audit.cases.tree_case import tree_cases
 
     assert main(["audit", "--list-cases"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -88,7 +88,7 @@ def test_sampler_and_engine_together_are_refused(capsys):
 
 
 def test_list_cases_with_an_engine_lists_its_end_to_end_cases(capsys):
-    from specexact.audit.e2e_case import e2e_cases
+    from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines.builtin import BuiltinEngine
 
     assert main(["audit", "--engine", "builtin", "--method", "draft_model", "--list-cases"]) == 0

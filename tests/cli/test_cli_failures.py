@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from specexact.audit.catalog import find_case
-from specexact.audit.runner import checks_per_case
+from specexact.audit.cases.catalog import find_case
+from specexact.audit.cases.dispatch import checks_per_case
 from specexact.cli import main
 
 AUDIT_TESTS = Path(__file__).parents[1] / "audit"
@@ -79,7 +79,7 @@ def test_json_path_that_cannot_be_written_exits_2_before_sampling(tmp_path, wher
 
 def _disk_full(monkeypatch):
     """Every report file write fails as on a full disk (after the audit has run)."""
-    import specexact.reports.json_report as jr
+    import specexact.audit.core.json_io as jr
 
     real = jr.write_text
 
@@ -291,7 +291,7 @@ def test_a_failure_of_the_audits_own_observer_is_not_the_samplers_crash(monkeypa
     """The per-event observer runs inside the decoder, between the sampler's calls: when it
     fails, the audit must say that it failed itself (exit 2), not record a crash of the
     sampler (exit 1)."""
-    from specexact.audit import decisions
+    from specexact.audit.checks import decisions
 
     def broken(self, rec):
         raise ZeroDivisionError("planted in the observer")
@@ -337,7 +337,7 @@ def test_a_journal_write_that_fails_names_the_journal(tmp_path, capsys, monkeypa
     line must still say which journal could not be written."""
     import errno
 
-    import specexact.audit.journal as journal
+    import specexact.audit.run.journal as journal
 
     real = journal.os.write
 

@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specexact.audit.cases import default_cases
+from specexact.audit.cases.decoder_case import default_cases
 from specexact.decoders import (
     SamplingParams,
     ToyLM,

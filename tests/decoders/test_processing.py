@@ -65,7 +65,7 @@ def test_builtin_order_matches_process_logits_at_the_tile_edge(dtype):
     """V = 8193 (one past a 2**13 tile), the tile-edge default case's vocabulary, with its
     truncation and penalties: the per-operation reference (the logits-level audit's laws for
     any declared order) agrees with the built-in pipeline there too. CI audits the
-    logits-level zoo without that case (tests/audit/test_zoo_logits.py); this keeps the
+    logits-level zoo without that case (tests/audit/zoo/test_logits.py); this keeps the
     reference checked at that vocabulary on every build."""
     logits, params, history, _ = batch(11, B=16, V=8193, H=12, dtype=dtype)
     ours = process_logits_in_order(logits, params, history)

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from specexact.audit.baseline import compare_to_baseline
+from specexact.audit.verdict.baseline import compare_to_baseline
 from specexact.reports import render_html, render_markdown
 from specexact.reports.baseline_text import baseline_headline, baseline_lines
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from specexact.audit import quick_cases, run_audit
-from specexact.audit.combined import enters_combination
-from specexact.audit.report import build_report
+from specexact.audit.checks.combined import enters_combination
+from specexact.audit.verdict.build import build_report
 from specexact.audit.zoo import CORRECT
 from specexact.cli_output import print_table
 from specexact.reports.combined_text import combined_text, split_text

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from specexact.audit.diagnosis import PARTS
+from specexact.audit.verdict.diagnosis import PARTS
 from specexact.reports import validate_report
 from specexact.reports.diagnosis_text import diagnosis_rows
 from specexact.reports.html import render_html

@@ -3,7 +3,7 @@
 import pytest
 
 from specexact.audit import quick_cases, run_audit
-from specexact.audit.zoo_float import accepts_at_equality
+from specexact.audit.zoo.floats import accepts_at_equality
 from specexact.reports import render_html, render_markdown, validate_report
 
 

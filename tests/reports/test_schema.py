@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specexact.audit import SCHEMA, SCHEMA_VERSION
-from specexact.audit.decisions_checks import DECISION_CHECKS
+from specexact.audit.checks.decisions_checks import DECISION_CHECKS
 from specexact.reports import REPORT_SCHEMA, SchemaError, validate_report
 from specexact.reports.schema import iter_errors, schema_json
 

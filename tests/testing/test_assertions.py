@@ -7,12 +7,12 @@ import time
 import pytest
 import torch
 
-from specexact.audit.catalog import find_case
-from specexact.audit.combined import COMBINED_SHARE
-from specexact.audit.runner import checks_per_case
+from specexact.audit.cases.catalog import find_case
+from specexact.audit.checks.combined import COMBINED_SHARE
+from specexact.audit.cases.dispatch import checks_per_case
 from specexact.audit.zoo import resample_from_target
-from specexact.audit.zoo_float import global_rng_draws
-from specexact.audit.zoo_logits import stale_penalty_history
+from specexact.audit.zoo.floats import global_rng_draws
+from specexact.audit.zoo.logits import stale_penalty_history
 from specexact.decoders import verify
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier
 from specexact.testing import (
@@ -111,7 +111,7 @@ def test_case_names_and_sampler_names():
     assert case_names("quick")[0] == "v8-plain" and "v4096-zipf" in case_names("default")
     assert "v32000-verify" in case_names("all") and "v32000-verify" not in case_names("default")
     assert sampler_name_of(verify) == "specexact.decoders.rejection_sampling:verify"
-    assert sampler_name_of(stale_penalty_history) == "specexact.audit.zoo_logits:stale_penalty_history"
+    assert sampler_name_of(stale_penalty_history) == "specexact.audit.zoo.logits:stale_penalty_history"
     assert sampler_name_of(lambda *a: None).endswith("instance>")
 
 
@@ -135,7 +135,7 @@ def test_the_fuzz_phase_runs_by_default_and_fails_a_verifier_drawing_from_the_gl
     with pytest.raises(AssertionError) as exc:
         assert_verifier_exact(global_rng_draws, cases=["v8-plain"], batches=2, threads=1)
     message = str(exc.value)
-    assert message.startswith("sampler specexact.audit.zoo_float:global_rng_draws is not exact: ")
+    assert message.startswith("sampler specexact.audit.zoo.floats:global_rng_draws is not exact: ")
     assert "defect on valid input" in message and "(fuzz, exact rule)" in message
     assert "verify_calls / same_generator_same_output" in message or "verify_calls / uses_generator" in message
 

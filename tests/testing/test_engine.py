@@ -2,9 +2,9 @@
 
 import pytest
 
-from specexact.audit.e2e_case import e2e_cases
-from specexact.audit.runner import checks_per_case
-from specexact.audit.zoo_e2e import SeedIgnored
+from specexact.audit.cases.e2e.catalog import e2e_cases
+from specexact.audit.cases.dispatch import checks_per_case
+from specexact.audit.zoo.e2e import SeedIgnored
 from specexact.decoders import verify
 from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.testing import assert_engine_exact, audit_engine
@@ -39,7 +39,7 @@ def test_the_fixture_follows_the_session_budget_and_fails_a_planted_fault(pytest
     pytester.makepyfile(
         """
         import pytest
-        from specexact.audit.zoo_e2e import SeedIgnored
+        from specexact.audit.zoo.e2e import SeedIgnored
 
         def test_seeds(specexact_engine_check):
             specexact_engine_check(SeedIgnored(), method="draft_model", requests_per_class=16)
@@ -70,7 +70,7 @@ class _HangsOnSpeculativeGenerate(BuiltinEngine):
 def test_a_hanging_generate_call_is_a_timeout_defect_and_the_audit_ends():
     import time
 
-    from specexact.audit.call_timeout import TimedEngine, with_call_timeout
+    from specexact.audit.sampler.call_timeout import TimedEngine, with_call_timeout
     from specexact.decoders.engines import is_engine
 
     engine = _HangsOnSpeculativeGenerate()
@@ -90,7 +90,7 @@ def test_a_hanging_generate_call_is_a_timeout_defect_and_the_audit_ends():
 def test_the_replay_of_an_engine_audited_from_python_names_its_class(alpha):
     result = audit_engine(SeedIgnored(), method="draft_model", requests_per_class=16, false_fail_rate=alpha)
     commands = {f["reproduction"]["command"] for f in result.report["findings"]}
-    assert commands and all(c.startswith("specexact audit --engine specexact.audit.zoo_e2e:SeedIgnored ")
+    assert commands and all(c.startswith("specexact audit --engine specexact.audit.zoo.e2e:SeedIgnored ")
                             for c in commands), commands
 
 
@@ -104,7 +104,7 @@ def test_the_messages_python_replay_reruns_the_engines_case(alpha):
     (line,) = {ln.strip()[len("python: "):] for ln in result.message.splitlines()
                if ln.strip().startswith("python: ")}
     assert line.startswith("from specexact.testing import audit_engine; ") and "audit_verifier" not in line, line
-    assert "resolve_engine('specexact.audit.zoo_e2e:SeedIgnored')" in line and "method='draft_model'" in line
+    assert "resolve_engine('specexact.audit.zoo.e2e:SeedIgnored')" in line and "method='draft_model'" in line
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(line, "replay", "exec"), {})

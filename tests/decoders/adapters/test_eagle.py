@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("eagle.model.utils")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
 from specexact.decoders import SamplingParams, check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import LogitsVerifyInputs, is_logits_level  # noqa: E402
 from specexact.decoders.adapters.eagle import EAGLE_PROCESSING, verify, verify_logits_level  # noqa: E402

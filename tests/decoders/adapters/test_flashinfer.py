@@ -8,7 +8,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("flashinfer")
 
 from specexact.audit import quick_cases, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
 from specexact.decoders import check_verifier_output  # noqa: E402
 from specexact.decoders.adapters.flashinfer import verify  # noqa: E402
 

@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("lmdeploy")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
 from specexact.decoders import check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import SamplerAdapter, takes_uniforms  # noqa: E402
 from specexact.decoders.adapters.lmdeploy import TESTED_VERSIONS, verify  # noqa: E402

@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("mlx_lm")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
 from specexact.decoders import check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import scheme_of  # noqa: E402
 from specexact.decoders.adapters.mlx import verify  # noqa: E402

@@ -12,7 +12,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("SGLang's Triton kernel needs CUDA or TRITON_INTERPRET=1", allow_module_level=True)
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
 from specexact.decoders import check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import scheme_of, takes_uniforms, uniforms_dtype_of  # noqa: E402
 from specexact.decoders.adapters.sglang import verify, verify_block  # noqa: E402

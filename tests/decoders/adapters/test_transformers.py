@@ -9,9 +9,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.reproduce import reproduction_script  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
-from specexact.audit.samplers import sampler_metadata  # noqa: E402
+from specexact.audit.verdict.reproduce import reproduction_script  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
+from specexact.audit.sampler.samplers import sampler_metadata  # noqa: E402
 from specexact.decoders import check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import SamplerAdapter  # noqa: E402
 from specexact.decoders.adapters.transformers import (  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case, restrict_to_sampler, unsupported_reason  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case, restrict_to_sampler, unsupported_reason  # noqa: E402
 from specexact.cli import main  # noqa: E402
 from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig, check_verifier_output, speculative_generate  # noqa: E402
 from specexact.decoders.adapters import Capabilities, LogitsSamplerAdapter, LogitsVerifyInputs  # noqa: E402
@@ -40,7 +40,7 @@ def test_entry_point_and_protocol():
 
 
 def test_the_zoo_restates_this_processing():
-    from specexact.audit.zoo_logits import TRANSFORMERS_LIKE
+    from specexact.audit.zoo.logits import TRANSFORMERS_LIKE
 
     assert TRANSFORMERS_LIKE == TRANSFORMERS_PROCESSING
 
@@ -158,7 +158,7 @@ def test_a_wrong_declared_order_fails_the_audit(alpha):
 
 
 def test_no_runnable_case_is_exit_2(tmp_path, capsys, monkeypatch):
-    from specexact.audit import cases as cases_module
+    from specexact.audit.cases import decoder_case as cases_module
 
     greedy_only = [c.restricted([0]) for c in cases_module.default_cases() if c.name == "v4-greedy-mix"]
     monkeypatch.setattr("specexact.audit.default_cases", lambda: greedy_only)

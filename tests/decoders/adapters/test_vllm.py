@@ -7,8 +7,8 @@ import torch
 pytest.importorskip("vllm")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
-from specexact.audit.samplers import sampler_metadata  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
+from specexact.audit.sampler.samplers import sampler_metadata  # noqa: E402
 from specexact.decoders import check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import SamplerAdapter, takes_uniforms, uniforms_dtype_of  # noqa: E402
 from specexact.decoders.adapters.vllm import verify  # noqa: E402

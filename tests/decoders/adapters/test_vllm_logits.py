@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("vllm")
 
 from specexact.audit import quick_cases, resolve_sampler, run_audit  # noqa: E402
-from specexact.audit.runner import checks_per_case  # noqa: E402
+from specexact.audit.cases.dispatch import checks_per_case  # noqa: E402
 from specexact.decoders import SamplingParams, check_verifier_output  # noqa: E402
 from specexact.decoders.adapters import LogitsVerifyInputs, is_logits_level, takes_uniforms  # noqa: E402
 from specexact.decoders.adapters.vllm_runtime import load_vllm  # noqa: E402

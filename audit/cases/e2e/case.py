@@ -1,0 +1,154 @@
+"""The end-to-end case: a tiny model pair, a drafting method and request shapes.
+
+:class:`E2ERowClass` is one request shape (prompt, sampling parameters, length limits) and
+:class:`E2ECase` one configuration of an engine's own generate loop: which tiny model pair
+(:mod:`specexact.decoders.tiny_models`), which drafting method and γ, which row classes and
+how many requests of each per generate call; :func:`model_dirs` is where its models are on
+disk. The cases an engine is audited with are made by
+:func:`~specexact.audit.cases.e2e.catalog.e2e_cases`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+from specexact.audit.cases.decoder_case import checked_keep
+from specexact.decoders.engines.protocol import SPECULATIVE_METHODS, GenerationRequest
+from specexact.decoders.params import SamplingParams
+from specexact.decoders.tiny_models import catalog_pair
+
+__all__ = ["E2ERowClass", "E2ECase", "model_dirs"]
+
+
+@dataclass(frozen=True)
+class E2ERowClass:
+    """One request shape: a prompt, the target's sampling parameters and the length limits.
+
+    Parameters
+    ----------
+    prompt : tuple of int
+    params : SamplingParams
+    max_tokens : int
+    min_tokens : int, default 0
+    eos : bool, default False
+        Whether the request stops at the model's EOS token (``eos_token_id`` set).
+    """
+
+    prompt: tuple[int, ...]
+    params: SamplingParams
+    max_tokens: int
+    min_tokens: int = 0
+    eos: bool = False
+
+    def describe(self) -> str:
+        lim = f"max_tokens={self.max_tokens}" + (f" min_tokens={self.min_tokens}" if self.min_tokens else "")
+        return f"prompt {list(self.prompt)}; {self.params.describe() or 'plain'}; {lim}; eos {'on' if self.eos else 'off'}"
+
+    def request(self, eos_token_id: int, seed: int) -> GenerationRequest:
+        return GenerationRequest(prompt_token_ids=self.prompt, params=self.params, max_tokens=self.max_tokens,
+                                 min_tokens=self.min_tokens, eos_token_id=eos_token_id if self.eos else None,
+                                 seed=seed)
+
+
+@dataclass(frozen=True)
+class E2ECase:
+    """One end-to-end configuration: a tiny model pair, a drafting method and request shapes.
+
+    Parameters
+    ----------
+    name : str
+    pair : str
+        A :data:`~specexact.decoders.tiny_models.CATALOG` name (the target and its draft).
+    method : str
+        One of :data:`~specexact.decoders.engines.SPECULATIVE_METHODS`.
+    num_speculative_tokens : int
+        γ per round.
+    row_classes : tuple of E2ERowClass
+    requests_per_class : int
+        Requests of each class per generate call (a call holds ``C * requests_per_class``
+        requests, classes interleaved).
+    check_acceptance : tuple of bool, optional
+        Per class, whether its ``accepted_length`` check runs (decided when the case is made
+        for an engine, :func:`~specexact.audit.cases.e2e.catalog.e2e_cases`); default none.
+    engine : str
+        The engine's name the case was made for (reports).
+    """
+
+    name: str
+    pair: str
+    method: str
+    num_speculative_tokens: int
+    row_classes: tuple[E2ERowClass, ...]
+    requests_per_class: int = 256
+    check_acceptance: tuple[bool, ...] | None = None
+    engine: str = ""
+    description: str = ""
+    weight: float = 1.0
+    tags: tuple[str, ...] = field(default_factory=tuple)
+    class_ids: tuple[int, ...] | None = None
+    exact: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.row_classes:
+            raise ValueError(f"case {self.name!r}: row_classes is empty")
+        if self.method not in SPECULATIVE_METHODS:
+            raise ValueError(f"case {self.name!r}: method must be one of {SPECULATIVE_METHODS}, got {self.method!r}")
+        if int(self.num_speculative_tokens) < 1:
+            raise ValueError(f"case {self.name!r}: num_speculative_tokens must be >= 1, "
+                             f"got {self.num_speculative_tokens!r}")
+        if int(self.requests_per_class) < 2:
+            raise ValueError(f"case {self.name!r}: requests_per_class must be >= 2, got {self.requests_per_class!r}")
+        C = len(self.row_classes)
+        for name in ("check_acceptance", "class_ids"):
+            v = getattr(self, name)
+            if v is not None and len(v) != C:
+                raise ValueError(f"case {self.name!r}: {name} has {len(v)} entries for {C} classes")
+
+    # --- what the planner and the reports read -------------------------------------------
+    @property
+    def num_draft_tokens(self) -> int:
+        return int(self.num_speculative_tokens)
+
+    @property
+    def batch_size(self) -> int:
+        """Requests per generate call."""
+        return len(self.row_classes) * int(self.requests_per_class)
+
+    @property
+    def length(self) -> int:
+        return max(rc.max_tokens for rc in self.row_classes)
+
+    def acceptance_checked(self, c: int) -> bool:
+        return bool(self.check_acceptance[c]) if self.check_acceptance is not None else False
+
+    def class_id(self, c: int) -> int:
+        return c if self.class_ids is None else self.class_ids[c]
+
+    def restricted(self, keep: Sequence[int]) -> "E2ECase":
+        """The case with only the classes of indices ``keep`` (ascending), same name and seed."""
+        keep = checked_keep(keep, len(self.row_classes))
+        C = len(self.row_classes)
+        if len(keep) == C:
+            return self
+        acc = None if self.check_acceptance is None else tuple(self.check_acceptance[c] for c in keep)
+        return replace(self, row_classes=tuple(self.row_classes[c] for c in keep),
+                       class_ids=tuple(self.class_id(c) for c in keep), check_acceptance=acc)
+
+    def requests(self, eos_token_id: int, call: int) -> list[GenerationRequest]:
+        """The requests of generate call ``call``: classes interleaved, seed ``call * B + r``."""
+        C, B = len(self.row_classes), self.batch_size
+        return [self.row_classes[r % C].request(eos_token_id, call * B + r) for r in range(B)]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["row_classes"] = [rc.describe() for rc in self.row_classes]
+        d["kind"] = "e2e"
+        d["num_draft_tokens"] = self.num_draft_tokens
+        return d
+
+
+def model_dirs(case: E2ECase) -> tuple[Path, Path]:
+    """``(target_dir, draft_dir)`` of the case's pair, made on first use."""
+    return catalog_pair(case.pair)

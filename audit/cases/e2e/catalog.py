@@ -1,0 +1,103 @@
+"""The end-to-end cases an engine is audited with: :func:`e2e_cases`.
+
+One case per drafting method the engine declares, with the row classes its processing
+implements (plain, temperature, top-k, top-p, min-p, the three penalties, EOS reachable,
+``min_tokens``), and, per class, whether its first round's acceptance has a known exact
+law (:func:`acceptance_known`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass
+from specexact.decoders.engines.protocol import EngineCapabilities
+from specexact.decoders.params import SamplingParams
+from specexact.decoders.tiny_models import CATALOG
+
+__all__ = ["DRAFT_MODEL_METHODS", "LOOKUP_METHODS", "acceptance_known", "e2e_cases"]
+
+DRAFT_MODEL_METHODS = ("draft_model", "draft_model_greedy")
+"""Methods whose drafts come from a draft model (their acceptance has an exact law)."""
+
+
+def acceptance_known(caps: EngineCapabilities, method: str, rc: E2ERowClass, gamma: int) -> bool:
+    """Whether the first round's acceptance of class ``rc`` has a known exact law here: a
+    draft-model method, an engine that reports it, no EOS (a round cut by EOS reports what
+    the engine's books say), ``max_tokens`` past the first round, and no output-scoped
+    penalties when the first round follows a target-sampled token (that token would count)."""
+    if method not in DRAFT_MODEL_METHODS or not caps.reports_acceptance or rc.eos:
+        return False
+    if rc.max_tokens < gamma + 1 + int(caps.first_round_after_token):
+        return False
+    p = rc.params
+    if caps.first_round_after_token and (p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0):
+        return False
+    return True
+
+
+LOOKUP_METHODS = ("ngram", "prompt_lookup")
+"""Methods that draft by matching the context's n-grams: their cases' prompts repeat themselves."""
+
+
+def _row_classes(caps: EngineCapabilities, gamma: int, seed: int, lookup: bool = False) -> list[E2ERowClass]:
+    """Row classes within what the engine implements: plain, temperature, top-k, top-p,
+    min-p, the three penalties, EOS reachable, ``min_tokens``; each with a support small enough
+    to enumerate (V=64: 3 tokens untruncated, 4 with top-k 8). With ``lookup`` (an n-gram
+    method, :data:`LOOKUP_METHODS`) each prompt of 4 random tokens ``a b c d`` is followed by
+    ``a b`` again, so the first round finds the 2-gram ``a b`` in the context and drafts from
+    what followed it (random 4-token prompts rarely repeat one: transformers' prompt lookup
+    then drafts in a few requests in a hundred and speculation is hardly tested)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def prompt():
+        base = tuple(int(t) for t in torch.randint(2, 64, (4,), generator=g))
+        return base + base[:2] if lookup else base
+
+    sp = SamplingParams
+    extra = int(caps.first_round_after_token)
+    long = gamma + 2 + extra  # the first round can end with its bonus token
+    wanted = [
+        E2ERowClass(prompt(), sp(), max_tokens=3),
+        E2ERowClass(prompt(), sp(temperature=0.6, top_k=8), max_tokens=min(long, 4)),
+        E2ERowClass(prompt(), sp(temperature=1.3, top_p=0.8), max_tokens=3),
+        E2ERowClass(prompt(), sp(temperature=0.8, min_p=0.05), max_tokens=3),
+        E2ERowClass(prompt(), sp(top_k=8, repetition_penalty=1.5), max_tokens=min(long, 4)),
+        E2ERowClass(prompt(), sp(top_k=8, presence_penalty=0.8, frequency_penalty=0.4), max_tokens=min(long, 4)),
+        E2ERowClass(prompt(), sp(temperature=2.0, top_k=8), max_tokens=4, eos=True),
+    ]
+    if caps.min_tokens:
+        wanted.append(E2ERowClass(prompt(), sp(temperature=2.0, top_k=8), max_tokens=4, min_tokens=2, eos=True))
+    return [rc for rc in wanted if not (rc.eos and not caps.eos)]
+
+
+def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num_speculative_tokens: int = 2,
+              requests_per_class: int = 256, seed: int = 0) -> list[E2ECase]:
+    """The end-to-end cases of ``engine``: one per method it declares (or ``method`` only),
+    with the row classes of :func:`_row_classes` its processing implements.
+
+    Raises
+    ------
+    ValueError
+        ``method`` is not one the engine declares (the message lists them), or ``pair`` is
+        not a catalog name.
+    """
+    caps = engine.capabilities()
+    if pair not in CATALOG:
+        raise ValueError(f"pair must be one of {sorted(CATALOG)}, got {pair!r}")
+    methods = caps.methods if method is None else (method,)
+    bad = [m for m in methods if m not in caps.methods]
+    if bad:
+        raise ValueError(f"method {bad[0]!r} is not one engine {engine.name!r} runs; it declares {list(caps.methods)}")
+    cases = []
+    for m in methods:
+        classes = [rc for rc in _row_classes(caps, num_speculative_tokens, seed, lookup=m in LOOKUP_METHODS)
+                   if not caps.processing.unsupported(rc.params)]
+        cases.append(E2ECase(
+            name=f"e2e-{pair}-{m}-g{num_speculative_tokens}", pair=pair, method=m,
+            num_speculative_tokens=num_speculative_tokens, row_classes=tuple(classes),
+            requests_per_class=requests_per_class, engine=engine.name,
+            check_acceptance=tuple(acceptance_known(caps, m, rc, num_speculative_tokens) for rc in classes),
+            description=f"{engine.name} {m}, γ={num_speculative_tokens}, on {pair}: the engine's own generate loop",
+            tags=("e2e",)))
+    return cases

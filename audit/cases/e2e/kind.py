@@ -1,0 +1,82 @@
+"""The :class:`~specexact.audit.cases.protocol.CaseKind` of end-to-end cases: :data:`CASE_KIND`.
+
+What the audit asks of every kind of case (:mod:`~specexact.audit.cases.protocol`), answered
+for :class:`~specexact.audit.cases.e2e.case.E2ECase`: its check count, its restriction to
+what an engine implements, its planning, the pilot's timed calls and its run
+(:func:`~specexact.audit.cases.e2e.sampling.run_e2e_case`).
+"""
+
+from __future__ import annotations
+
+from specexact.audit.cases.e2e.case import E2ECase
+from specexact.audit.cases.e2e.checks import e2e_num_checks
+from specexact.audit.cases.e2e.engine_call import engine_generate, ensure_loaded, generate_call
+from specexact.audit.cases.e2e.laws import case_models
+from specexact.audit.cases.e2e.sampling import run_e2e_case
+from specexact.audit.cases.planning import PLAN_MAX_BINS, support_size
+from specexact.audit.cases.result import CaseResult
+from specexact.decoders.engines.protocol import is_engine
+
+__all__ = ["E2EKind", "CASE_KIND"]
+
+
+class E2EKind:
+    """The :class:`~specexact.audit.cases.protocol.CaseKind` of end-to-end cases."""
+
+    name = "e2e"
+
+    def handles(self, case) -> bool:
+        return isinstance(case, E2ECase)
+
+    def checks(self, case: E2ECase) -> int:
+        C = len(case.row_classes)
+        return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)))
+
+    def restrict(self, case: E2ECase, engine):
+        if not is_engine(engine):
+            return None, ("an end-to-end case runs an engine's own generate loop "
+                          "(specexact.decoders.engines.EndToEndEngine); this sampler is a verify function")
+        caps = engine.capabilities()
+        if case.method not in caps.methods:
+            return None, f"method {case.method!r}: the engine declares {list(caps.methods)}"
+        keep, why = [], []
+        for c, rc in enumerate(case.row_classes):
+            bad = list(caps.processing.unsupported(rc.params))
+            if rc.min_tokens and not caps.min_tokens:
+                bad.append("min_tokens")
+            if rc.eos and not caps.eos:
+                bad.append("eos_token_id")
+            (why.append(f"class {case.class_id(c)}: {', '.join(bad)}") if bad else keep.append(c))
+        reason = f"the engine does not implement {'; '.join(why)}" if why else None
+        if not keep:
+            return None, reason
+        return case.restricted(keep), reason
+
+    def planning_checks(self, case: E2ECase) -> list[tuple[int, bool]]:
+        bins = min(support_size(64, case.length), PLAN_MAX_BINS)
+        return [(bins, False), (bins, True)]
+
+    def prepare(self, case: E2ECase, device, engine):
+        ensure_loaded(engine, case)
+        case_models(case)
+        return None
+
+    def call(self, case: E2ECase, prepared, engine, *, rows: int | None, device, full: bool) -> None:
+        if not is_engine(engine):  # the pilot's fall-back to the built-in verifier: nothing to time
+            return
+        if rows is not None:
+            target, _ = case_models(case)
+            engine_generate(engine, case.requests(target.eos_token_id, 0)[:rows], True)
+            return
+        generate_call(engine, case, 0, speculative=True)
+        generate_call(engine, case, 0, speculative=False)
+
+    def run(self, case, engine, **kwargs) -> CaseResult:
+        return run_e2e_case(case, engine, **kwargs)
+
+    def event_inputs(self, case, event: dict, sampler) -> dict:
+        raise ValueError(f"case {case.name!r} is an end-to-end case: its checks record no per-event replays")
+
+
+CASE_KIND = E2EKind()
+"""End-to-end cases' kind (:mod:`~specexact.audit.cases.protocol`)."""

@@ -1,0 +1,162 @@
+"""Running an end-to-end case: generate calls until the budget is spent, then the checks.
+
+:func:`run_e2e_case` loads the engine
+(:func:`~specexact.audit.cases.e2e.engine_call.ensure_loaded`), makes speculative and plain
+generate calls of the case's requests
+(:func:`~specexact.audit.cases.e2e.engine_call.generate_call`), the first call's requests
+again for reproducibility, and checks each class's outputs
+(:mod:`~specexact.audit.cases.e2e.checks`). A crash, a hang or a break of the output
+protocol is a defect; after a crash of a call holding several classes, the classes that
+crash alone are named and the case goes on with the others.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from specexact.audit.cases.e2e.case import E2ECase
+from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
+from specexact.audit.cases.e2e.engine_call import (
+    crashing_classes,
+    ensure_loaded,
+    generate_call,
+    is_crash,
+    stale_exception,
+    stale_reason,
+)
+from specexact.audit.cases.result import CaseResult, case_seed, enough_calls, sampler_failure
+from specexact.audit.core.errors import AuditInternalError
+from specexact.audit.core.levels import MIN_EXPECTED
+from specexact.audit.sampler.call_timeout import SamplerCallTimeout
+
+__all__ = ["run_e2e_case"]
+
+
+def _padded(results, length: int) -> torch.Tensor:
+    out = torch.full((len(results), length), -1, dtype=torch.int64)
+    for i, r in enumerate(results):
+        toks = list(r.token_ids)[:length]
+        if toks:
+            out[i, : len(toks)] = torch.tensor(toks, dtype=torch.int64)
+    return out
+
+
+def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0, num_batches: int | None = None,
+                 time_budget_s: float | None = None, min_batches: int = 2, device: torch.device | str = "cpu",
+                 progress: Callable[[int, int], None] | None = None,
+                 min_expected: float = MIN_EXPECTED) -> CaseResult:
+    """Run ``case`` on ``engine`` and check its laws (:mod:`specexact.audit.cases.e2e`'s
+    docstring); the arguments and the result are those of
+    :func:`~specexact.audit.cases.dispatch.run_case` (``device`` is the engine's own business;
+    ``seed`` shifts every request's seed)."""
+    if (num_batches is None) == (time_budget_s is None):
+        raise ValueError("give exactly one of num_batches and time_budget_s")
+    start = time.perf_counter()
+    result = CaseResult(case=case, seed=case_seed(seed, case))
+    shift = result.seed % (2**31)
+    caps = engine.capabilities()
+    C = len(case.row_classes)
+    spec, plain, first_round = [], [], []
+    b = 0
+    phases = result.phase_times_s
+
+    def timed(phase: str, fn, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t
+
+    try:
+        earlier = stale_reason(engine)
+        try:
+            timed("engine_load", ensure_loaded, engine, case)
+        except Exception as exc:  # noqa: BLE001 - an engine that cannot load the models is a defect
+
+            cause = stale_exception(engine)
+            if isinstance(cause, SamplerCallTimeout):  # it hung before (the pilot, an earlier case): the finding
+                exc, where = cause, ("an earlier call of this engine (the audit's planning pilot or an earlier "
+                                     "case); no call is made after a hang")
+            else:
+                where = "engine load" if earlier is None else (
+                    f"engine load (loading it again after an earlier call raised {earlier})")
+            result.defect, chk = sampler_failure(exc, where, false_fail_rate)
+            result.checks.append(chk)
+            return result
+        where = "speculative generate call 0"
+        try:
+            while True:
+                call = shift + b
+                where = f"speculative generate call {b}"
+                _, res = timed("speculative_calls", generate_call, engine, case, call, speculative=True)
+                spec.append(_padded(res, case.length))
+                first_round.append([r.first_round_accepted for r in res])
+                where = f"plain generate call {b}"
+                _, pres = timed("plain_calls", generate_call, engine, case, call, speculative=False)
+                plain.append(_padded(pres, case.length))
+                b += 1
+                result.num_batches = b
+                result.num_sequences = b * case.batch_size
+                if progress is not None:
+                    progress(result.num_sequences, b)
+                if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
+                    break
+            where = "the reproducibility calls"
+            again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True)[1],
+                            case.length)
+            again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False)[1],
+                                  case.length)
+        except AuditInternalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
+            note, rest = "", None
+            if is_crash(exc) and C > 1:
+                note, rest = _without_crashing_classes(case, engine, shift, false_fail_rate, timed,
+                                                       speculative=where.startswith("speculative"),
+                                                       seed=seed, num_batches=num_batches,
+                                                       time_budget_s=time_budget_s, start=start,
+                                                       min_batches=min_batches, device=device, progress=progress,
+                                                       min_expected=min_expected)
+            result.defect, chk = sampler_failure(exc, where, false_fail_rate, note=note)
+            result.checks.append(chk)
+            if rest is not None:  # the other classes, audited after the crash
+                result.checks.extend(rest.checks)
+                if rest.defect:
+                    result.defect += f"\nthen, on the other classes: {rest.defect}"
+                result.num_batches, result.num_sequences = rest.num_batches, rest.num_sequences
+                for k, v in rest.phase_times_s.items():
+                    phases[k] = phases.get(k, 0.0) + v
+            return result
+        t = time.perf_counter()
+        result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate))
+        all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
+        for c in range(C):
+            result.checks.extend(class_checks(case, c, caps, all_spec[c::C], all_plain[c::C],
+                                               [row[c::C] for row in first_round], false_fail_rate, min_expected))
+        phases["checks"] = phases.get("checks", 0.0) + time.perf_counter() - t
+        return result
+    finally:
+        result.wall_time_s = time.perf_counter() - start
+
+
+def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, timed, *, speculative: bool,
+                              time_budget_s: float | None, start: float, **run):
+    """After a crash of a call holding every class: ``(note, rest)``. The classes that crash
+    alone (:func:`~specexact.audit.cases.e2e.engine_call.crashing_classes`) are named in
+    ``note`` (each one's request shape is its replay); ``rest`` is a fresh run of the case restricted to the other classes, in what is
+    left of ``time_budget_s`` (counted from ``start``: the search is paid from the case's
+    time), None when none is left, no class crashes alone or the search stopped."""
+    crashing, stopped = crashing_classes(case, engine, call, speculative=speculative, timed=timed)
+    named = "; ".join(f"class {case.class_id(c)} ({case.row_classes[c].describe()})" for c in crashing)
+    keep = [c for c in range(len(case.row_classes)) if c not in crashing]
+    if stopped is not None:
+        return (f"; alone, these crash: {named}" if crashing else "") + f"; {stopped}", None
+    note = f"; alone, these crash: {named}" if crashing else "; no class crashes alone (only together)"
+    if not crashing or not keep:
+        return note, None
+    note += f"; the case went on with classes {', '.join(str(case.class_id(c)) for c in keep)}"
+    budget = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - start), 0.0)
+    return note, run_e2e_case(case.restricted(keep), engine, false_fail_rate=alpha, time_budget_s=budget, **run)

@@ -1,0 +1,223 @@
+"""The pilot of a budgeted audit: one decoder call of every case, timed, and the choice of torch threads.
+
+:func:`pilot_costs` times one call of every case (after an untimed warm-up call; its
+samples are discarded) with the sampler under audit; :func:`pilot_with_thread_choice`
+also times the same calls at a few thread counts (:func:`thread_candidates`) and keeps
+the fastest (:class:`ThreadChoice`, :data:`THREAD_ADVANTAGE`, :data:`THREAD_ABANDON`). The
+planner (:mod:`~specexact.audit.run.plan`) turns the seconds per call into sample sizes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import torch
+
+from specexact.audit.cases.decoder_case import AuditCase
+from specexact.audit.cases.kinds import kind_of
+from specexact.decoders import verify
+
+__all__ = [
+    "pilot_costs",
+    "pilot_with_thread_choice",
+    "thread_candidates",
+    "ThreadChoice",
+    "THREAD_ADVANTAGE",
+    "THREAD_ABANDON",
+]
+
+
+class _Pilot:
+    """One decoder call of each case, timed; the inputs are built once, untimed."""
+
+    def __init__(self, cases: Sequence[AuditCase], device: torch.device | str, verifier=None):
+        self.cases = list(cases)
+        self.dev = torch.device(device)
+        self.verifier = verifier
+        self.chosen = verify if verifier is None else verifier
+        self.prepared = [self._prepare(case) for case in self.cases]
+
+    def _prepare(self, case):
+        """What one call needs (its kind's :meth:`~specexact.audit.cases.protocol.CaseKind.prepare`:
+        the laws of a verify-level case, the models and the batch of a decoder-level one)."""
+        return kind_of(case).prepare(case, self.dev, self.chosen)
+
+    def _call(self, i: int, rows: int | None, v) -> None:
+        """One call of case ``i`` as its kind makes it; a full call (``rows=None``) includes
+        the case's observers and naive sampling."""
+        case = self.cases[i]
+        kind_of(case).call(case, self.prepared[i], v, rows=rows, device=self.dev, full=rows is None)
+
+    def warm_up(self) -> None:
+        """An untimed small call: the first call of a process (or of a new thread count)
+        pays one-time set-up costs."""
+        if not self.cases:
+            return
+        rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
+        try:
+            self._call(0, rows, self.chosen)
+        except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
+            self._call(0, rows, verify)
+
+    def time(self, i: int) -> float:
+        """Seconds of one call of case ``i`` (naive sampling included for a two-sample case)."""
+        t0 = time.perf_counter()
+        crashed_s = 0.0
+        try:
+            self._call(i, None, self.chosen)
+        except Exception:  # noqa: BLE001
+            # The time until the crash counts too: an end-to-end case's fall-back call does
+            # nothing, and a crashing engine timed at 1e-4 s was planned 160,000 calls.
+            crashed_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            self._call(i, None, verify)
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        return max(time.perf_counter() - t0, crashed_s, 1e-4)
+
+
+def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None) -> list[float]:
+    """Seconds of one decoder call of every case (naive sampling included for two-sample
+    cases), at the current number of torch threads. The samples are discarded.
+
+    ``verifier`` is the sampler under audit (default: the built-in verifier). Timing the
+    audited sampler itself matters for third-party ones, whose cost can scale with rows,
+    vocabulary and γ quite unlike the built-in's. A case on which it raises is timed with
+    the built-in verifier instead (the audit records the crash when the case runs), and
+    charged the longer of that call and the time the crashed call ran.
+    A verify-level case is timed for one verifier call (its laws are computed untimed).
+    """
+    pilot = _Pilot(cases, device, verifier)
+    pilot.warm_up()
+    return [pilot.time(i) for i in range(len(pilot.cases))]
+
+
+#: A thread count must beat one thread by this factor to be chosen: one thread is the
+#: steadier choice on a shared machine, and a single timed call is noisy.
+THREAD_ADVANTAGE = 0.9
+#: A candidate's timing stops once it has taken this many times one thread's time on the
+#: same cases: it is then clearly slower, and timing it further only wastes the budget.
+THREAD_ABANDON = 2.0
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The number of torch threads an audit runs with, and why.
+
+    Attributes
+    ----------
+    threads : int
+    chosen_by : {"measured", "set", "default"}
+        ``"measured"``: the pilot timed the candidates (:func:`pilot_with_thread_choice`);
+        ``"set"``: given by the user (``--threads``); ``"default"``: torch's own count
+        (fixed ``--batches``, where sample sizes do not depend on speed, or a
+        non-CPU device).
+    seconds : dict
+        ``{str(threads): seconds}`` of the pilot calls timed at each candidate (the same
+        cases for every candidate, so they compare); empty unless measured.
+    cases_timed : int
+        How many cases those seconds cover.
+    """
+
+    threads: int
+    chosen_by: str
+    seconds: dict = field(default_factory=dict)
+    cases_timed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ThreadChoice":
+        return cls(int(d["threads"]), str(d["chosen_by"]), dict(d.get("seconds") or {}), int(d.get("cases_timed", 0)))
+
+
+def thread_candidates(default: int) -> list[int]:
+    """Thread counts the pilot tries: one, half of ``default`` and ``default`` (torch's
+    count, normally the physical cores)."""
+    if default < 1:
+        raise ValueError(f"default must be >= 1, got {default!r}")
+    return sorted({1, max(1, default // 2), default})
+
+
+def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
+                             candidates: Sequence[int] | None = None) -> tuple[list[float], ThreadChoice]:
+    """Choose the number of torch threads by timing, and return the pilot costs at it.
+
+    One decoder call of every case is timed with one thread (the pilot); then each other
+    candidate (:func:`thread_candidates` of torch's current count) times the same calls,
+    cheapest case first, until it has covered every case or has taken :data:`THREAD_ABANDON`
+    times one thread's time on the cases it covered (so a machine whose other processes
+    keep the cores busy, where threads wait for each other and a call can take ten times
+    longer, costs the pilot little). A candidate is chosen when its time over the cases it
+    covered is below :data:`THREAD_ADVANTAGE` times one thread's; among several, the
+    fastest. Costs are those measured at the chosen count (scaled from one thread's by
+    their ratio when the candidate covered only part of the cases).
+
+    Parameters
+    ----------
+    cases : sequence of AuditCase
+    device : torch.device or str
+        On a non-CPU device there is nothing to choose: torch's current count is kept
+        (``chosen_by="default"``) and the pilot is :func:`pilot_costs`.
+    verifier : callable or adapter, optional
+        The sampler under audit (default: the built-in verifier).
+    candidates : sequence of int, optional
+        Thread counts to try (default :func:`thread_candidates` of
+        ``torch.get_num_threads()``).
+
+    Returns
+    -------
+    (costs, ThreadChoice)
+        ``torch.set_num_threads`` is left at the chosen count.
+
+    Raises
+    ------
+    ValueError
+        A candidate below 1.
+    """
+    dev = torch.device(device)
+    default = torch.get_num_threads()
+    if dev.type != "cpu":
+        return pilot_costs(cases, dev, verifier), ThreadChoice(default, "default")
+    cands = sorted(set(thread_candidates(default) if candidates is None else (int(c) for c in candidates)))
+    if not cands or cands[0] < 1:
+        raise ValueError(f"thread candidates must be >= 1, got {candidates!r}")
+    pilot = _Pilot(cases, dev, verifier)
+    n = len(pilot.cases)
+    base = cands[0]
+    torch.set_num_threads(base)
+    pilot.warm_up()
+    base_costs = [pilot.time(i) for i in range(n)]
+    # Cheapest case first: a candidate that is much slower is abandoned after as little
+    # time as possible (its first call can take tens of times one thread's on a busy machine).
+    order = sorted(range(n), key=lambda i: base_costs[i])
+    base_sorted = [base_costs[i] for i in order]
+    measured = {base: base_sorted}
+    best, best_ratio = base, 1.0
+    for k in cands[1:]:
+        torch.set_num_threads(k)
+        pilot.warm_up()
+        costs_k: list[float] = []
+        for j, i in enumerate(order):
+            costs_k.append(pilot.time(i))
+            if sum(costs_k) > THREAD_ABANDON * sum(base_sorted[: j + 1]):
+                break
+        m = len(costs_k)
+        ratio = sum(costs_k) / sum(base_sorted[:m])
+        measured[k] = costs_k
+        if ratio < THREAD_ADVANTAGE * best_ratio:
+            best, best_ratio = k, ratio
+    torch.set_num_threads(best)
+    if len(measured[best]) == n:
+        costs = [0.0] * n
+        for j, i in enumerate(order):
+            costs[i] = measured[best][j]
+    else:
+        costs = [c * best_ratio for c in base_costs]
+    # seconds of every candidate over the cases all of them covered, so they compare
+    covered = min(len(v) for v in measured.values())
+    seconds = {str(k): round(sum(v[:covered]), 6) for k, v in measured.items()}
+    return costs, ThreadChoice(best, "measured", seconds, covered)

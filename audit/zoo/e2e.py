@@ -1,0 +1,123 @@
+"""Planted end-to-end faults: the built-in engine with one bug of an engine's generate loop each.
+
+Each class wraps :class:`~specexact.decoders.engines.builtin.BuiltinEngine` (a correct
+engine) and breaks one thing that lives outside the verification function — where the
+end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
+
+- :class:`LogitsOnePositionOff`: the speculative path reads the target's logits one position
+  too early (the law after ``x[:t]`` used for the token after ``x[:t+1]``);
+- :class:`TemperatureOnDraftsOnly`: the request's temperature reaches the draft model but
+  the target is verified at temperature 1;
+- :class:`SeedIgnored`: every call draws fresh randomness, whatever the requests' seeds;
+- :class:`BonusFromWrongPosition`: on full acceptance the bonus token comes from ``p_γ``
+  (the last draft's position) instead of ``p_{γ+1}``;
+- :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
+  raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
+  ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
+  and audit the others.
+
+:data:`E2E_WRONG` maps names to the classes; ``tests/audit/zoo/test_e2e.py`` asserts each is
+caught, with the tier and the check that names it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from specexact.audit.zoo import bonus_from_last_draft_position
+from specexact.decoders.engines.builtin import BuiltinEngine
+from specexact.decoders.params import SamplingParams
+
+__all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
+           "E2E_WRONG"]
+
+
+class _Shifted:
+    """``model`` whose logits at position ``t`` are those at ``t - 1`` (clamped at 0)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.vocab_size, self.device = model, model.vocab_size, model.device
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
+        return self.model(input_ids, (positions - 1).clamp_min(0))
+
+
+class LogitsOnePositionOff(BuiltinEngine):
+    """The target's logits aligned one position early in the speculative path."""
+
+    name = "zoo-e2e:logits_one_position_off"
+
+    def speculative_target(self, target):
+        return _Shifted(target)
+
+
+class TemperatureOnDraftsOnly(BuiltinEngine):
+    """The draft is sampled at the request's temperature, the target verified at 1."""
+
+    name = "zoo-e2e:temperature_on_drafts_only"
+
+    def speculative_params(self, params):
+        target_params, draft_params = super().speculative_params(params)
+        d = {f: getattr(target_params, f) for f in target_params.__dataclass_fields__}
+        return SamplingParams(**{**d, "temperature": 1.0}), draft_params
+
+
+class SeedIgnored(BuiltinEngine):
+    """Fresh randomness every call: the same seeds do not give the same output."""
+
+    name = "zoo-e2e:seed_ignored"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._calls = itertools.count(1)
+
+    def generator(self, seeds):
+        return torch.Generator().manual_seed(0x5EED0000 + next(self._calls))
+
+
+class BonusFromWrongPosition(BuiltinEngine):
+    """The bonus token drawn from the last draft's position (the zoo's verify-level fault
+    :func:`~specexact.audit.zoo.bonus_from_last_draft_position`, inside the engine's loop)."""
+
+    name = "zoo-e2e:bonus_from_wrong_position"
+
+    @property
+    def verifier(self):
+        return bonus_from_last_draft_position
+
+
+class CrashesOnTopK(BuiltinEngine):
+    """Speculative calls with a top-k request raise; every call raises after a crash until
+    :meth:`load` runs again (a broken engine state)."""
+
+    name = "zoo-e2e:crashes_on_top_k"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.broken = False
+
+    def load(self, *args, **kwargs) -> None:
+        self.broken = False
+        super().load(*args, **kwargs)
+
+    def generate(self, requests, *, speculative):
+        if self.broken:
+            raise RuntimeError("engine state broken by an earlier crash")
+        if speculative and any(r.params.top_k for r in requests):
+            self.broken = True
+            raise RuntimeError("index 1592825856 is out of bounds for dimension 1 with size 64")
+        return super().generate(requests, speculative=speculative)
+
+
+E2E_WRONG = {
+    "logits_one_position_off": LogitsOnePositionOff,
+    "temperature_on_drafts_only": TemperatureOnDraftsOnly,
+    "seed_ignored": SeedIgnored,
+    "bonus_from_wrong_position": BonusFromWrongPosition,
+    "crashes_on_top_k": CrashesOnTopK,
+}
+"""The planted end-to-end faults by name."""

@@ -1,0 +1,104 @@
+"""Self-check at the logits level: the default audit cases catch every planted processing
+bug and pass every correct logits-level sampler, whatever order it declares.
+
+As in test_zoo.py: 4 decoder calls per case, each check at the suite's per-check rate;
+classes a sampler does not implement are dropped. And as there, CI leaves out the
+tile-edge case (V=8193): ~20 s for the built-in order, ~40 s for a sampler with another
+declared order (processed by the readable per-operation reference), and every planted bug
+is caught without it. The decoder's logits-level path gives the probability-level tokens
+bit for bit (tests/decoders/adapters/test_builtin_logits.py), the probability level is
+audited on the tile-edge case in CI (test_zoo.py), and the per-operation reference is
+compared with the built-in pipeline at V=8193 (tests/decoders/test_processing.py); the
+nightly profile runs every sampler here on every default case.
+"""
+
+import pytest
+
+from specexact.audit import default_cases, run_audit
+from specexact.audit.cases.dispatch import checks_per_case, restrict_to_sampler
+from specexact.audit.zoo.logits import CORRECT_LOGITS, WRONG_LOGITS
+
+NUM_BATCHES = 4
+ALL_CASES = tuple(default_cases())
+CI_CASES = tuple(c for c in ALL_CASES if c.model.vocab_size <= 8192)
+
+
+def checks_for(verifier, cases=CI_CASES):
+    return sum(checks_per_case(r) for c in cases if (r := restrict_to_sampler(c, verifier)[0]) is not None)
+
+
+def audit(verifier, alpha, cases=CI_CASES):
+    return run_audit(verifier, sampler_name=verifier.name, cases=list(cases),
+                     false_fail_rate=alpha * checks_for(verifier, cases), num_batches=NUM_BATCHES,
+                     budget_s=None, seed=0)
+
+
+# The statistical marker needs a constant: the largest number of checks any correct one runs.
+MAX_CHECKS = max(checks_for(v) for v in CORRECT_LOGITS.values())
+MAX_CHECKS_ALL = max(checks_for(v, ALL_CASES) for v in CORRECT_LOGITS.values())
+
+
+def check_correct(v, report, cases):
+    assert report["verdict"] == "pass", report["findings"]
+    assert report["settings"]["processing"]["order"] == list(v.processing.order)
+    skipped = {s["case"] for s in report["settings"]["skipped_cases"]}
+    assert skipped == {c.name for c in cases if restrict_to_sampler(c, v)[1] is not None}
+    assert report["settings"]["num_checks"] == checks_for(v, cases)
+
+
+@pytest.mark.statistical(checks=MAX_CHECKS)
+@pytest.mark.parametrize("name", sorted(CORRECT_LOGITS))
+def test_correct_logits_level_sampler_passes(name, alpha):
+    v = CORRECT_LOGITS[name]
+    check_correct(v, audit(v, alpha), CI_CASES)
+
+
+@pytest.mark.nightly
+@pytest.mark.statistical(checks=MAX_CHECKS_ALL)
+@pytest.mark.parametrize("name", sorted(CORRECT_LOGITS))
+def test_correct_logits_level_sampler_passes_every_default_case(name, alpha):
+    v = CORRECT_LOGITS[name]
+    check_correct(v, audit(v, alpha, ALL_CASES), ALL_CASES)
+
+
+def check_caught(report):
+    assert report["verdict"] == "fail"
+    assert any(f["check"].startswith(("sequence_law", "accepted_length", "first_token_law", "sequences_vs_naive"))
+               for f in report["findings"])
+    # the diagnosis (heuristic at the logits level) names the processing, not the verifier's rule
+    assert report["diagnosis"]["culprits"] == ["per_prefix_processing"], report["diagnosis"]["summary"]
+
+
+@pytest.mark.statistical(checks=0)  # a planted bug risks only a false pass
+@pytest.mark.parametrize("name", sorted(WRONG_LOGITS))
+def test_planted_processing_bug_is_caught(name, alpha):
+    check_caught(audit(WRONG_LOGITS[name], alpha))
+
+
+@pytest.mark.nightly
+@pytest.mark.statistical(checks=0)
+@pytest.mark.parametrize("name", sorted(WRONG_LOGITS))
+def test_planted_processing_bug_is_caught_on_every_default_case(name, alpha):
+    check_caught(audit(WRONG_LOGITS[name], alpha, ALL_CASES))
+
+
+@pytest.mark.statistical(checks=0)  # planted bug: only a false pass is at stake
+def test_a_logits_level_finding_shrinks_to_a_replayable_script(alpha):
+    import contextlib
+    import io
+
+    from specexact.audit import quick_cases, resolve_sampler
+    from specexact.audit.verdict.reproduce import minimise, reproduction_script
+
+    sampler = "specexact.audit.zoo_logits:stale_penalty_history"
+    verifier, _ = resolve_sampler(sampler)
+    cases = [c for c in quick_cases() if c.name == "v7-rep-order"]
+    report = run_audit(verifier, sampler_name=sampler, cases=cases, false_fail_rate=alpha * 8,
+                       num_batches=2, budget_s=None, seed=0)
+    finding = next(f for f in report["findings"] if f["check"].startswith("sequence_law"))
+    rep = minimise(verifier, finding, seed=0, false_fail_rate=alpha, cases=cases, sampler=sampler, max_trials=5)
+    assert rep is not None and rep.batch_size < cases[0].batch_size
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(reproduction_script(rep), "<repro>", "exec"), {})
+    assert "sequence_law[class 0]: FAIL" in out.getvalue()
