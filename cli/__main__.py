@@ -1,5 +1,3 @@
-import sys
+from specexact.cli import console_main
 
-from specexact.cli import main
-
-sys.exit(main())
+console_main()

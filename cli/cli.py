@@ -22,16 +22,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 import traceback
+from typing import NoReturn
 
 from specexact.cli_fuzz import add_audit_fuzz_options, add_fuzz_parser  # the fuzz hook (light: no torch)
 
-from specexact.cli_common import (DEFAULT_BUDGET_S, DEFAULT_CLI_CALL_TIMEOUT_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
-                         CliError, os_error_line)
+from specexact.cli_common import (DEFAULT_BUDGET_S, DEFAULT_CLI_CALL_TIMEOUT_S, DEFAULT_REPORT_DIR, EXIT_ERROR, EXIT_FAIL,
+                         EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S, CliError, os_error_line)
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "DEFAULT_BUDGET_S",
-           "QUICK_BUDGET_S", "JOURNAL_SUBDIR"]
+           "QUICK_BUDGET_S", "JOURNAL_SUBDIR", "DEFAULT_REPORT_DIR"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,9 +54,9 @@ def _version() -> str:
 
 
 def _report_args(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--report-dir", default="reports", metavar="DIR",
+    p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, metavar="DIR",
                    help=f"where {what} JSON, Markdown and HTML reports go; earlier reports there make the trend "
-                        "(default: ./reports)")
+                        f"(default: ./{DEFAULT_REPORT_DIR})")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the JSON report here")
     p.add_argument("--no-html", action="store_true", help="skip the HTML page (no matplotlib / jinja2 work)")
     p.add_argument("--history", type=int, default=30, metavar="N",
@@ -208,5 +210,24 @@ def main(argv: list[str] | None = None) -> int:
                       f"{str(exc).splitlines()[0] if str(exc) else ''} (SPECEXACT_DEBUG=1 prints the traceback)")
 
 
+def console_main(argv: list[str] | None = None) -> NoReturn:
+    """The ``specexact`` executable: :func:`main`, then exit with its status.
+
+    A sampler call that ran past ``--call-timeout`` is left running in a daemon thread
+    (:mod:`specexact.audit.sampler.call_timeout`): the interpreter's normal shutdown would then
+    abort in the C++ runtime while that thread is inside torch (``terminate called without
+    an active exception``, exit status 134, outside 0 / 1 / 2). With such a call still
+    running, the reports are already written: the process flushes its output and ends with
+    ``os._exit(status)``.
+    """
+    status = main(argv)
+    # the threads of call_timeout.CALL_THREAD_PREFIX (not imported: this module stays light, no torch)
+    if any(t.name.startswith("specexact-call:") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

@@ -342,14 +342,13 @@ def audit_command(args) -> int:
         except ShardError as exc:
             raise CliError(str(exc)) from exc
     baseline = _baseline(args.baseline)
-    # Output paths first: a folder that is a file must stop the audit before it samples.
-    prepare_dir(args.report_dir, "--report-dir")
-    if args.json:
-        prepare_file(args.json, "--json")
-    journal_dir = None if args.no_journal else prepare_dir(Path(args.report_dir) / JOURNAL_SUBDIR, "the journal folder")
+    # The output folders are made (and checked) only once every argument is accepted, just
+    # before the audit starts: a refused command leaves nothing behind.
+    journal_dir = None if args.no_journal else Path(args.report_dir) / JOURNAL_SUBDIR
 
     from specexact.audit import AuditSettings, SamplerError, resolve_sampler, run_audit
     from specexact.audit.sampler.call_timeout import with_call_timeout
+    from specexact.audit.sampler.samplers import ENGINE_SAMPLER_PREFIX
     from specexact.audit.run.journal import JournalBusy, held_journal
     from specexact.audit.cases.dispatch import restrict_to_sampler
     from specexact.audit.verdict.verdict import FAIL, PASS, command_verdict
@@ -360,11 +359,12 @@ def audit_command(args) -> int:
     given = [flag for flag, value in (("--method", args.method), ("--pair", args.pair),
                                       ("--requests-per-class", args.requests_per_class)) if value is not None]
     if args.engine is None and given:
-        raise CliError(f"{', '.join(given)} select an engine's end-to-end cases: give --engine too (a verify "
-                       "function's cases are chosen with --case)")
+        flags = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        raise CliError(f"{flags} {'chooses' if len(given) == 1 else 'choose'} an engine's end-to-end cases: give "
+                       "--engine too (a verify function's cases are chosen with --case)")
     if args.engine is not None:  # the engine's own generate loop: end-to-end cases only
         verifier, target, cases = _engine_and_cases(args)
-        sampler_name = f"engine-{args.engine}"
+        sampler_name = f"{ENGINE_SAMPLER_PREFIX}{args.engine}"
     else:
         try:
             verifier, target = resolve_sampler(args.sampler)
@@ -393,6 +393,12 @@ def audit_command(args) -> int:
                                  elapsed_before_s=time.perf_counter() - getattr(args, "started", time.perf_counter()))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    # Output paths before any sampling: a folder that is a file stops the audit here.
+    prepare_dir(args.report_dir, "--report-dir")
+    if args.json:
+        prepare_file(args.json, "--json")
+    if journal_dir is not None:
+        prepare_dir(journal_dir, "the journal folder")
 
     display = _Display(console, quiet=args.quiet, budget_mode=args.batches is None, budget_s=budget)
     # every call limited (an engine: its load and generate calls, audit.call_timeout.TimedEngine)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "CliError", "os_error_line", "DEFAULT_BUDGET_S",
-           "QUICK_BUDGET_S", "JOURNAL_SUBDIR", "DEFAULT_CLI_CALL_TIMEOUT_S"]
+           "QUICK_BUDGET_S", "JOURNAL_SUBDIR", "DEFAULT_CLI_CALL_TIMEOUT_S", "DEFAULT_REPORT_DIR"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
@@ -29,6 +29,10 @@ QUICK_BUDGET_S = 8.0
 DEFAULT_CLI_CALL_TIMEOUT_S = 300.0
 #: Journal sub-folder of the report folder (finished cases of running or killed audits).
 JOURNAL_SUBDIR = ".journal"
+#: ``--report-dir`` default of ``specexact audit``, ``merge`` and ``fuzz``, relative to the
+#: current folder: a folder of its own, never a source package (in a clone of specexact,
+#: ``./reports`` is the ``specexact.reports`` package; git ignores this one).
+DEFAULT_REPORT_DIR = "specexact-reports"
 
 
 class CliError(Exception):

@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specexact.cli_common import DEFAULT_REPORT_DIR  # light: no torch
+
 __all__ = ["add_fuzz_parser", "run_fuzz_command", "add_audit_fuzz_options", "audit_fuzz_settings",
            "fuzz_status", "print_fuzz", "fuzz_exit_status", "DATABASE_SUBDIR"]
 
@@ -47,8 +49,9 @@ def add_fuzz_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--false-fail-rate", type=float, default=1e-6,
                    help="chance that a correct sampler fails the generated statistical cases (default: 1e-6)")
     f.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    f.add_argument("--report-dir", default="reports", metavar="DIR",
-                   help="where the JSON result, the replay scripts and the example database go (default: ./reports)")
+    f.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, metavar="DIR",
+                   help="where the JSON result, the replay scripts and the example database go "
+                        f"(default: ./{DEFAULT_REPORT_DIR})")
     f.add_argument("--no-database", action="store_true", help="no Hypothesis example database")
     f.add_argument("--json", default=None, metavar="PATH", help="also write the JSON result here")
     f.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -99,9 +99,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
   <div class="card"><div class="v">{{ n_checks - n_failed }} / {{ n_checks }}</div><div class="k">checks passed</div></div>
   <div class="card"><div class="v">{{ tiers.findings|length }}</div><div class="k">findings ({% for t in tiers.counts %}{{ t.label }} {{ t.n }}{% if not loop.last %}, {% endif %}{% endfor %})</div></div>
   <div class="card"><div class="v">{{ "%.3g"|format(s.false_fail_rate) }}</div>
-    <div class="k">false-fail rate of the audit ({% if s.combination %}{{ "%g"|format(s.combination.share) }} for the
-    combined check: {{ "%.3g"|format(s.combination.false_fail_rate) }}; the rest {% endif %}{{ s.correction }} over
-    {{ s.num_checks }} checks: {{ "%.3g"|format(s.per_check_false_fail_rate) }} each)</div></div>
+    <div class="k">{{ split_line }}</div></div>
   <div class="card"><div class="v">{{ median_tv }}</div><div class="k">median detectable TV (power 0.99)</div></div>
   <div class="card"><div class="v">{{ mode_value }}</div><div class="k">{{ mode_label }}</div></div>
   <div class="card"><div class="v">{{ s.seed }}</div><div class="k">seed{% if s.isolate %} · isolated cases{% endif %}</div></div>
@@ -329,6 +327,8 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
             run.append("isolated")
         if ex.get("resumed"):
             run.append("resumed")
+        if ex.get("processes"):  # an engine restarted in fresh processes after a crash (execution.processes)
+            run.append(f"in process and {len(ex['processes']) - 1} fresh process(es)")
         cases.append({**c, "planned": ex.get("planned_batches"), "run": ", ".join(run) or "in process",
                       "planned_tv": _fmt(pc.get("planned_detectable_tv")) if pc else "-"})
     history_rows = []
@@ -377,6 +377,7 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         history=list(history), history_rows=history_rows, shard=s.get("shard"),
         planned_label="planned" if s.get("num_batches") is not None else "≈ planned at its start",
         diagnosis=_diagnosis_rows(report), combined_line=combined_text(report),
+        split_line=split_text(s),  # the split in the words of every renderer (reports/combined_text.py)
         tiers=_tier_groups(report),
         baseline=({"headline": baseline_headline(report["baseline"]), "lines": baseline_lines(report["baseline"])}
                   if report.get("baseline") else None),

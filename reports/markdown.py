@@ -96,6 +96,25 @@ def _diagnosis_section(report: dict) -> list[str]:
     return lines
 
 
+def _process_text(i: int, p: dict) -> str:
+    """One process of a case's ``execution.processes``, in words."""
+    def ids(xs):
+        return ("class " if len(xs) == 1 else "classes ") + ", ".join(map(str, xs))
+    where = "the audit's process" if p["process"] == "audit" else f"fresh process {i}"
+    did = []
+    if p.get("whole_case"):
+        did.append("the whole case")
+    if p["searched"]:
+        ok = [c for c in p["searched"] if c not in p["crashing"]]
+        did.append("alone: " + ", ".join(filter(None, [f"{ids(ok)} ran" if ok else "",
+                                                     f"{ids(p['crashing'])} crashed" if p["crashing"] else ""])))
+    if p["checked"]:
+        did.append(f"laws of {ids(p['checked'])} checked")
+    if p.get("note"):
+        did.append(_cell(p["note"]))
+    return f"{where}: " + (", ".join(did) if did else "nothing")
+
+
 def _findings_section(report: dict) -> list[str]:
     """Every finding (fuzz findings included), grouped by tier with the counts, saying which
     tiers fail the audit (:mod:`specexact.audit.verdict.tiers`)."""
@@ -204,6 +223,13 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
         lines += ["", "Where a case's wall time went (seconds):", ""]
         lines += [f"- {_cell(c['name'])}: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}"
                                                        for k, v in c["phase_times_s"].items()) for c in timed]
+    moved = [c for c in report["cases"] if (c.get("execution") or {}).get("processes")]
+    if moved:
+        lines += ["", "Where a case ran (its engine could not be loaded again in the audit's process after a crash; "
+                      "it went on in fresh processes):", ""]
+        lines += [f"- {_cell(c['name'])}: " + "; ".join(_process_text(i, p) for i, p in
+                                                         enumerate(c["execution"]["processes"]))
+                  for c in moved]
     lines += ["", "## Checks", "",
               "| case | check | method | n | p-value | BH-adjusted | detectable TV | certified TV ≤ | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]

@@ -230,11 +230,16 @@ REPORT_SCHEMA: dict[str, Any] = {
                               "description": "parts failing only at the hardening tier (since 1.6)"},
                 "parts": {"type": "array", "items": {"$ref": "#/$defs/diagnosis_part"}},
                 "notes": {"type": "array", "items": {"type": "string"}},
+                "level": {"enum": ["e2e"], "description": "an end-to-end audit's diagnosis (the parts of a generate "
+                                                        "loop); absent for the verify level"},
+                "suspects": {"type": "array", "items": {"$ref": "#/$defs/part_key"},
+                             "description": "end-to-end: parts the failing checks cannot tell apart, likelier first"},
             },
         },
         "part_key": {"enum": ["acceptance_rule", "recovered_token", "bonus_token", "position_alignment",
                               "per_prefix_processing", "independence", "reproducibility", "eos_cut", "protocol",
-                              "input_validation", "emitted_law"]},
+                              "input_validation", "emitted_law", "drafting", "target_forward", "seeds",
+                              "batching"]},
         "diagnosis_part": {
             "type": "object",
             "required": ["part", "label", "status", "checks_run", "failed", "evidence", "explained_by", "heuristic",
@@ -242,7 +247,7 @@ REPORT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "part": {"$ref": "#/$defs/part_key"},
                 "label": {"type": "string"},
-                "status": {"enum": ["pass", "fail", "not_tested"]},
+                "status": {"enum": ["pass", "fail", "not_tested", "suspect"]},
                 "tier": {"anyOf": [{"type": "null"}, _TIER]},
                 "checks_run": {"type": "integer", "minimum": 0},
                 "failed": {"type": "array", "items": {"type": "string"}},
@@ -251,6 +256,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "heuristic": {"type": "boolean"},
                 "event": {"type": ["object", "null"]},
                 "replay": _NULLABLE_STRING,
+                "tested_by": {"type": "array", "items": {"type": "string"},
+                              "description": "end-to-end: the checks (case / check) that tested the part"},
             },
         },
         "acceptance_row": {
@@ -335,6 +342,24 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "planned_batches": _NULLABLE_INT,
                 "initial_planned_batches": _NULLABLE_INT,
                 "planned_time_s": _NULLABLE_NUMBER,
+                "processes": {
+                    "type": "array",
+                    "description": "since 1.8, end-to-end cases whose engine could not be loaded again in the "
+                                   "audit's process after a crash: what each process did, the audit's first, "
+                                   "then the fresh ones the case went on in (class ids)",
+                    "items": {
+                        "type": "object",
+                        "required": ["process", "searched", "crashing", "checked"],
+                        "properties": {
+                            "process": {"enum": ["audit", "fresh"]},
+                            "whole_case": {"type": "boolean"},
+                            "searched": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                            "crashing": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                            "checked": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                            "note": _NULLABLE_STRING,
+                        },
+                    },
+                },
             },
         },
         "case": {
@@ -356,7 +381,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "phase_times_s": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
                                   "description": "since 1.7, end-to-end cases: seconds spent loading the "
                                                  "engine, in speculative and plain generate calls, in the "
-                                                 "crash search and in the checks"},
+                                                 "crash search, in the checks, and in starting fresh processes "
+                                                 "after a crash (fresh_process_start)"},
             },
         },
         "finding": {

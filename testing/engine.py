@@ -81,6 +81,7 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
     """
     from specexact.audit import AuditSettings, run_audit
     from specexact.audit.sampler.call_timeout import with_call_timeout
+    from specexact.audit.sampler.samplers import ENGINE_SAMPLER_PREFIX
     from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines import is_engine
 
@@ -92,7 +93,7 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
         batches = DEFAULT_ENGINE_BATCHES
     cases = e2e_cases(engine, method, pair=pair, num_speculative_tokens=num_speculative_tokens,
                       requests_per_class=requests_per_class, seed=seed)
-    name = sampler_name or f"engine-{engine.name}"
+    name = sampler_name or f"{ENGINE_SAMPLER_PREFIX}{engine.name}"
     target = f"{type(engine).__module__}:{type(engine).__qualname__}"  # what --engine resolves again
     settings = AuditSettings(sampler_name=name, sampler_target=target, cases=tuple(cases), false_fail_rate=false_fail_rate,
                              budget_s=budget_s if batches is None else None, num_batches=batches, seed=seed,

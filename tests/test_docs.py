@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
 PAGES = {path.relative_to(ROOT).as_posix(): path.read_text() for path in sorted((ROOT / "docs").rglob("*.md"))}
@@ -214,6 +216,35 @@ def test_python_blocks_of_the_text_run(block, tmp_path, monkeypatch):
     source, line, code, _ = block
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"{source}:{line}", "exec"), {"__name__": "docs_example"})
+
+
+def is_test_file(block) -> bool:
+    """A page's own example that defines ``test_…`` functions is a whole pytest file."""
+    return not block[3] and re.search(r"^def test_\w*\(", block[2], re.M) is not None
+
+
+TEST_FILES = [b for b in PYTHON if is_test_file(b)]
+
+
+def test_the_test_file_examples_are_found():
+    assert "docs/ci/pytest-plugin.md" in {source for source, *_ in TEST_FILES}
+
+
+@pytest.mark.statistical(checks=1)
+@pytest.mark.parametrize("block", TEST_FILES, ids=block_id)
+def test_python_blocks_that_are_test_files_pass_under_pytest(block, pytester, alpha):
+    """Defining a test is not running it: a block that is a pytest file runs as one, as a
+    reader would paste it (the plugin's session at this test's rate), and every test passes.
+    The fuzz phase is left out by the ini option (``specexact_fuzz = false``): it checks the
+    names, markers and arguments the page shows, not the fuzz phase, which
+    ``tests/testing/test_plugin.py`` runs on the example file."""
+    source, line, code, _ = block
+    pytester.makepyfile(test_docs_example=code)
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "-o", "specexact_fuzz=false",
+                                          f"--specexact-false-fail-rate={alpha}")
+    outcomes = result.parseoutcomes()
+    defined = len(re.findall(r"^def test_", code, re.M))
+    assert result.ret == 0 and outcomes.get("passed", 0) >= defined, f"{source}:{line}\n{result.stdout.str()}"
 
 
 @pytest.mark.parametrize("block", TOML, ids=block_id)

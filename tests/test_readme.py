@@ -60,7 +60,7 @@ def test_every_audit_option_is_documented():
 
 
 def test_defaults_stated_in_the_documentation():
-    from specexact.cli import DEFAULT_BUDGET_S, QUICK_BUDGET_S, build_parser
+    from specexact.cli import DEFAULT_BUDGET_S, DEFAULT_REPORT_DIR, QUICK_BUDGET_S, build_parser
     from specexact.testing import DEFAULT_BATCHES
     from specexact.testing.plugin import DEFAULT_SESSION_FALSE_FAIL_RATE
 
@@ -71,7 +71,13 @@ def test_defaults_stated_in_the_documentation():
     assert f"at `--baseline-false-alarm-rate R`, default {sci(audit.baseline_false_alarm_rate)})" in FLAT
     assert f"(ini `specexact_false_fail_rate`, default {sci(DEFAULT_SESSION_FALSE_FAIL_RATE)})" in FLAT
     assert f"reproducible samples; default {DEFAULT_BATCHES})" in FLAT
-    assert "default `./reports`" in FLAT and audit.report_dir == "reports"
+    assert f"default `./{DEFAULT_REPORT_DIR}`" in FLAT and audit.report_dir == DEFAULT_REPORT_DIR
+    assert build_parser().parse_args(["fuzz"]).report_dir == DEFAULT_REPORT_DIR
+    assert build_parser().parse_args(["merge", "x.json"]).report_dir == DEFAULT_REPORT_DIR
+    # the README says where the reports go, and that folder is not a source package
+    assert f"into `./{DEFAULT_REPORT_DIR}`" in " ".join(README.split())
+    assert not (ROOT / DEFAULT_REPORT_DIR).joinpath("__init__.py").exists()
+    assert f"/{DEFAULT_REPORT_DIR}/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 def test_statistical_figures():
@@ -156,3 +162,22 @@ def test_install_instructions_name_a_source_pip_can_reach():
     page = DOCS["ci/pytest-plugin.md"]
     assert "## Installing specexact in an engine's CI" in page and "pip install ./third_party/specexact" in page
     assert "Installing specexact in an engine's CI" in " ".join(example.split())
+
+
+def test_the_two_test_tiers_are_stated_and_every_nightly_test_is_named():
+    """README and docs/contributing.md say what the default run and `tox -e nightly` cover;
+    each test file with a nightly-only test is in the contributing page's table, which says
+    what covers its property in the default run."""
+    readme = " ".join(README.split())
+    assert "`pytest -n auto`" in readme and "`tox -e nightly`" in readme and "[Tests](docs/contributing.md#tests)" in readme
+    page = DOCS["contributing.md"]
+    table = page.split("The two tiers.", 1)[1].split("\n\n")[1]  # the paragraph, then the table
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`tests/" in line]
+    files = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").rglob("test_*.py")
+                   if re.search(r"^@pytest\.mark\.nightly$", path.read_text(), re.M))  # a decorator line
+    assert files, "no nightly test left: update the tiers' table"
+    for name in files:
+        assert any(f"`{name}`" in row for row in rows), f"{name} has nightly tests the tiers' table does not name"
+    for row in rows:
+        default, nightly = [cell.strip() for cell in row.strip("|").split("|")][1:]
+        assert default and nightly, row

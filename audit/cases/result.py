@@ -36,6 +36,11 @@ class CaseResult:
     phase_times_s: dict[str, float] = field(default_factory=dict)
     """Where the wall time went, for kinds that time their phases (end-to-end cases: engine
     loads, generate calls, the crash search, the checks); empty otherwise."""
+    fresh_process: object | None = None
+    """End-to-end cases whose engine could not be loaded again in this process after a crash:
+    what a fresh process must still do
+    (:class:`~specexact.audit.cases.e2e.engine_call.FreshProcessWork`; the run room starts
+    it), else None. Not part of :meth:`to_dict`."""
 
     @property
     def passed(self) -> bool:

@@ -23,9 +23,10 @@ import torch
 from specexact.audit.cases.dispatch import run_case
 from specexact.audit.cases.result import CaseResult
 from specexact.audit.core.json_io import to_jsonable
+from specexact.audit.run.fresh_processes import in_fresh_processes
 from specexact.audit.run.isolation import case_result_from_dict, run_case_isolated
 from specexact.audit.run.journal import Journal, journal_path
-from specexact.audit.run.pilot import ThreadChoice, pilot_costs, pilot_with_thread_choice
+from specexact.audit.run.pilot import PROBE_SHARE, ThreadChoice, pilot_costs, pilot_with_thread_choice
 from specexact.audit.run.plan import (
     FLOOR_SHARE,
     AuditPlan,
@@ -185,7 +186,8 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
             tp = time.perf_counter()
             timed = None if settings.isolate else verifier
             if settings.threads is None:
-                costs, choice = pilot_with_thread_choice(resolved.run_cases, resolved.device, verifier=timed)
+                costs, choice = pilot_with_thread_choice(resolved.run_cases, resolved.device, verifier=timed,
+                                                         probe_budget_s=PROBE_SHARE * settings.budget_s)
             else:
                 costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed)
             pilot_s = time.perf_counter() - tp
@@ -330,7 +332,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
                     "detectable_tv": approx_detectable_tv(case, num_sequences // classes, alpha),
                     "planned_detectable_tv": cp.planned_detectable_tv, "elapsed_s": run.elapsed()})
 
-        timeout = None
+        timeout, processes = None, []
         if settings.isolate:
             timeout = settings.case_timeout_s or (4 * cp.planned_time_s + 300 if settings.mode == "budget"
                                                   else 1800.0)
@@ -339,18 +341,23 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
         else:
             res = run_case(case, verifier, false_fail_rate=alpha, seed=settings.seed, device=dev, progress=on_batch,
                            **sizes)
+            res, processes = in_fresh_processes(res, settings, verifier, cp, false_fail_rate=alpha,
+                                                 seed=settings.seed, device=dev, progress=on_batch, **sizes)
             sampling = last["t"]
         total_case = time.perf_counter() - case_start
         run.cases_run += 1
         workspace.release()  # the decoders' kept verifier-input buffers: sized for this case only
         cost = run.cost_of.get(case.name)
-        if sampling is not None and res.num_batches and cost:
+        fresh = bool(processes)  # its speed is not the case's own: other processes, a restricted case
+        if sampling is not None and res.num_batches and cost and not fresh:
             run.ratios.append((sampling / res.num_batches) / cost)
-        if sampling is not None:
+        if sampling is not None and not fresh:
             run.overheads.append(max(total_case - sampling, 0.0))
         execution = {"isolated": bool(settings.isolate), "resumed": False, "timeout_s": timeout,
                      "sampling_time_s": sampling, "planned_batches": cp.planned_batches,
                      "initial_planned_batches": run.initial_plan.get(case.name), "planned_time_s": cp.planned_time_s}
+        if fresh:  # which classes ran in which process (an engine restarted after a crash)
+            execution["processes"] = processes
         results.append((res, execution))
         if run.journal is not None:
             run.journal.append_case(case.name, to_jsonable(res.to_dict()), execution=to_jsonable(execution),

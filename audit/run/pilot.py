@@ -9,6 +9,8 @@ planner (:mod:`~specexact.audit.run.plan`) turns the seconds per call into sampl
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
@@ -17,6 +19,7 @@ import torch
 
 from specexact.audit.cases.decoder_case import AuditCase
 from specexact.audit.cases.kinds import kind_of
+from specexact.audit.sampler.call_timeout import carry_threads, untimed
 from specexact.decoders import verify
 
 __all__ = [
@@ -26,53 +29,146 @@ __all__ = [
     "ThreadChoice",
     "THREAD_ADVANTAGE",
     "THREAD_ABANDON",
+    "PROBE_SHARE",
+    "ProbeCutOff",
 ]
 
 
+class ProbeCutOff(Exception):
+    """A probe ran past its cut-off (:class:`_Pilot`): its timing is abandoned, never a finding."""
+
+
+_UNPREPARED = object()
+
+
 class _Pilot:
-    """One decoder call of each case, timed; the inputs are built once, untimed."""
+    """One decoder call of each case, timed; the inputs are built once, untimed.
+
+    Every call the pilot makes is a *probe*: it calls the sampler itself, not the audit's
+    time-limited wrapper (:func:`~specexact.audit.sampler.call_timeout.untimed`), in a worker
+    thread, and waits at most its cut-off (:meth:`time`). A probe past its cut-off is
+    abandoned (:class:`ProbeCutOff`): it never marks the sampler as hung and never becomes a
+    finding; only the audit's own calls can. The sampler is not called again until the
+    abandoned probe has ended (an engine's state belongs to the call that runs), waiting at
+    most the audit's per-call limit from the probe's start; a probe still running after that
+    is recorded (:attr:`stragglers`) and left to end in its daemon thread.
+    """
 
     def __init__(self, cases: Sequence[AuditCase], device: torch.device | str, verifier=None):
         self.cases = list(cases)
         self.dev = torch.device(device)
         self.verifier = verifier
-        self.chosen = verify if verifier is None else verifier
-        self.prepared = [self._prepare(case) for case in self.cases]
+        chosen = verify if verifier is None else verifier
+        self.chosen, self.limit_s = untimed(chosen)
+        self.abandoned: tuple[threading.Thread, float] | None = None
+        self.stragglers: list[str] = []
+        self.prepared = [self._prepare_within_limit(case) for case in self.cases]
 
     def _prepare(self, case):
         """What one call needs (its kind's :meth:`~specexact.audit.cases.protocol.CaseKind.prepare`:
         the laws of a verify-level case, the models and the batch of a decoder-level one)."""
         return kind_of(case).prepare(case, self.dev, self.chosen)
 
+    def _prepare_within_limit(self, case):
+        """:meth:`_prepare` as a probe (an engine loads its models here): ``_UNPREPARED``
+        when it ran past the per-call limit (the case's own load then meets the limit)."""
+        box = {}
+        try:
+            self._probe(lambda: box.setdefault("prepared", self._prepare(case)), self.limit_s)
+        except ProbeCutOff:
+            return _UNPREPARED
+        return box["prepared"]
+
     def _call(self, i: int, rows: int | None, v) -> None:
         """One call of case ``i`` as its kind makes it; a full call (``rows=None``) includes
         the case's observers and naive sampling."""
         case = self.cases[i]
+        if self.prepared[i] is _UNPREPARED:
+            raise ProbeCutOff(f"case {case.name}: its preparation ran past the per-call limit")
         kind_of(case).call(case, self.prepared[i], v, rows=rows, device=self.dev, full=rows is None)
 
-    def warm_up(self) -> None:
-        """An untimed small call: the first call of a process (or of a new thread count)
-        pays one-time set-up costs."""
-        if not self.cases:
+    def _settle(self) -> None:
+        """Wait for an abandoned probe to end (at most the per-call limit from its start)."""
+        if self.abandoned is None:
             return
-        rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
-        try:
-            self._call(0, rows, self.chosen)
-        except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
-            self._call(0, rows, verify)
+        worker, started = self.abandoned
+        self.abandoned = None
+        worker.join(None if self.limit_s is None else max(0.0, self.limit_s - (time.perf_counter() - started)))
+        if worker.is_alive():
+            self.stragglers.append(worker.name)
 
-    def time(self, i: int) -> float:
-        """Seconds of one call of case ``i`` (naive sampling included for a two-sample case)."""
+    def _probe(self, fn, cutoff_s: float | None) -> None:
+        """``fn()`` in a worker thread, waited for at most ``cutoff_s`` (module docstring)."""
+        self._settle()
+        box: dict = {}
+        grad = torch.is_grad_enabled()
+        threads = torch.get_num_threads()
+
+        def target():
+            try:
+                carry_threads(threads)
+                with torch.set_grad_enabled(grad):
+                    fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the pilot's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=target, name=f"specexact-probe:{len(self.stragglers)}", daemon=True)
+        started = time.perf_counter()
+        worker.start()
+        worker.join(cutoff_s)
+        if worker.is_alive():
+            self.abandoned = (worker, started)
+            raise ProbeCutOff(f"probe past its cut-off of {cutoff_s:.3g} s")
+        if "error" in box:
+            raise box["error"]
+
+    def warm_up(self, cutoff_s: float | None = None) -> float:
+        """An untimed small call (its seconds returned): the first call of a process (or of a
+        new thread count) pays one-time set-up costs. Past ``cutoff_s`` (default: the
+        per-call limit) it is abandoned and raises :class:`ProbeCutOff`."""
+        if not self.cases:
+            return 0.0
+        rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
+        cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
+        t0 = time.perf_counter()
+        try:
+            self._probe(lambda: self._call(0, rows, self.chosen), cutoff_s)
+        except ProbeCutOff:
+            raise
+        except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
+            self._probe(lambda: self._call(0, rows, verify), cutoff_s)
+        return time.perf_counter() - t0
+
+    def base_cost(self, i: int) -> float:
+        """:meth:`time` of case ``i`` at the audit's per-call limit; a call past it costs the
+        limit (the case's own calls then meet the limit themselves: a hang there is a defect)."""
+        try:
+            return self.time(i)
+        except ProbeCutOff:
+            return float(self.limit_s)
+
+    def finish(self) -> None:
+        """Let an abandoned probe end before the audit's own calls begin (:meth:`_settle`)."""
+        self._settle()
+
+    def time(self, i: int, cutoff_s: float | None = None) -> float:
+        """Seconds of one call of case ``i`` (naive sampling included for a two-sample case).
+
+        ``cutoff_s`` (default: the audit's per-call limit, or none) bounds the wait: past it
+        the call is abandoned (:class:`ProbeCutOff`)."""
+        cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
         t0 = time.perf_counter()
         crashed_s = 0.0
         try:
-            self._call(i, None, self.chosen)
+            self._probe(lambda: self._call(i, None, self.chosen), cutoff_s)
+        except ProbeCutOff:
+            raise
         except Exception:  # noqa: BLE001
             # The time until the crash counts too: an end-to-end case's fall-back call does
             # nothing, and a crashing engine timed at 1e-4 s was planned 160,000 calls.
             crashed_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            self._call(i, None, verify)
+            self._probe(lambda: self._call(i, None, verify), cutoff_s)
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
         return max(time.perf_counter() - t0, crashed_s, 1e-4)
@@ -90,8 +186,11 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     A verify-level case is timed for one verifier call (its laws are computed untimed).
     """
     pilot = _Pilot(cases, device, verifier)
-    pilot.warm_up()
-    return [pilot.time(i) for i in range(len(pilot.cases))]
+    with contextlib.suppress(ProbeCutOff):  # a warm-up past the limit: the timed calls say the rest
+        pilot.warm_up()
+    costs = [pilot.base_cost(i) for i in range(len(pilot.cases))]
+    pilot.finish()
+    return costs
 
 
 #: A thread count must beat one thread by this factor to be chosen: one thread is the
@@ -100,6 +199,9 @@ THREAD_ADVANTAGE = 0.9
 #: A candidate's timing stops once it has taken this many times one thread's time on the
 #: same cases: it is then clearly slower, and timing it further only wastes the budget.
 THREAD_ABANDON = 2.0
+#: The share of the audit's budget the thread candidates' probes may take beside the pilot
+#: at the first count (:func:`pilot_with_thread_choice`).
+PROBE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -143,7 +245,8 @@ def thread_candidates(default: int) -> list[int]:
 
 
 def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
-                             candidates: Sequence[int] | None = None) -> tuple[list[float], ThreadChoice]:
+                             candidates: Sequence[int] | None = None,
+                             probe_budget_s: float | None = None) -> tuple[list[float], ThreadChoice]:
     """Choose the number of torch threads by timing, and return the pilot costs at it.
 
     One decoder call of every case is timed with one thread (the pilot); then each other
@@ -156,6 +259,11 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     fastest. Costs are those measured at the chosen count (scaled from one thread's by
     their ratio when the candidate covered only part of the cases).
 
+    The candidates' calls are probes, bounded (:class:`_Pilot`): each is cut off once it has
+    taken :data:`THREAD_ABANDON` times one thread's time on the same case, or the time left
+    of ``probe_budget_s``; the candidate is then abandoned, and the probe is never a finding.
+    With no time left of ``probe_budget_s`` no further candidate is tried.
+
     Parameters
     ----------
     cases : sequence of AuditCase
@@ -167,6 +275,10 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     candidates : sequence of int, optional
         Thread counts to try (default :func:`thread_candidates` of
         ``torch.get_num_threads()``).
+    probe_budget_s : float, optional
+        Seconds the candidates' probes may take in all (their warm-up calls and the waits
+        for an abandoned probe included); default no limit. A budgeted audit gives
+        :data:`PROBE_SHARE` of its budget.
 
     Returns
     -------
@@ -189,20 +301,43 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     n = len(pilot.cases)
     base = cands[0]
     torch.set_num_threads(base)
-    pilot.warm_up()
-    base_costs = [pilot.time(i) for i in range(n)]
+    try:
+        base_warm = pilot.warm_up() or 0.0
+    except ProbeCutOff:  # past the per-call limit: the timed calls say the rest
+        base_warm = float(pilot.limit_s)
+    base_costs = [pilot.base_cost(i) for i in range(n)]
     # Cheapest case first: a candidate that is much slower is abandoned after as little
     # time as possible (its first call can take tens of times one thread's on a busy machine).
     order = sorted(range(n), key=lambda i: base_costs[i])
     base_sorted = [base_costs[i] for i in order]
     measured = {base: base_sorted}
     best, best_ratio = base, 1.0
+    probes_end = None if probe_budget_s is None else time.perf_counter() + max(0.0, probe_budget_s)
+
+    def left() -> float | None:
+        return None if probes_end is None else probes_end - time.perf_counter()
+
     for k in cands[1:]:
+        if left() is not None and left() <= 0:
+            break
         torch.set_num_threads(k)
-        pilot.warm_up()
         costs_k: list[float] = []
+        warm_cutoff = THREAD_ABANDON * max(base_warm, base_sorted[0] if n else 0.0)
+        try:
+            pilot.warm_up(warm_cutoff if left() is None else min(warm_cutoff, max(left(), 0.0)))
+        except ProbeCutOff:  # its set-up alone is slower than the factor allows: abandoned
+            measured[k] = [THREAD_ABANDON * base_sorted[0]] if n else []
+            continue
         for j, i in enumerate(order):
-            costs_k.append(pilot.time(i))
+            cutoff = THREAD_ABANDON * base_sorted[j]
+            if left() is not None:
+                cutoff = min(cutoff, max(left(), 0.0))
+            t0 = time.perf_counter()
+            try:
+                costs_k.append(pilot.time(i, cutoff))
+            except ProbeCutOff:  # slower than the factor allows (or out of time): abandoned
+                costs_k.append(max(time.perf_counter() - t0, THREAD_ABANDON * base_sorted[j]))
+                break
             if sum(costs_k) > THREAD_ABANDON * sum(base_sorted[: j + 1]):
                 break
         m = len(costs_k)
@@ -210,6 +345,7 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
         measured[k] = costs_k
         if ratio < THREAD_ADVANTAGE * best_ratio:
             best, best_ratio = k, ratio
+    pilot.finish()
     torch.set_num_threads(best)
     if len(measured[best]) == n:
         costs = [0.0] * n

@@ -13,8 +13,11 @@ thread (it ends with the process), and every later call of the wrapped sampler r
 once, without calling it again. Exceptions of the sampler pass through unchanged, with
 their traceback.
 
-What the worker thread changes: torch's thread-local grad mode is carried over; the
-process-wide state (default generator, thread count, default dtype) is shared anyway.
+What the worker thread changes: torch's thread-local grad mode and the caller's torch
+thread count are carried over (:func:`carry_threads`: a call left running in another thread
+may have changed the process-wide count since: a sampler that restores "its" count, read in
+a thread started at another count, writes that count back); the rest of the process-wide
+state (default generator, default dtype) is shared anyway.
 The cost is one thread start per call (tens of microseconds).
 
 An end-to-end engine (:class:`~specexact.decoders.engines.EndToEndEngine`) is wrapped by
@@ -36,11 +39,16 @@ import torch
 from specexact.decoders.engines.protocol import is_engine
 from specexact.fuzz.subject import CallTimeout
 
-__all__ = ["SamplerCallTimeout", "TimedEngine", "with_call_timeout", "DEFAULT_CALL_TIMEOUT_S"]
+__all__ = ["SamplerCallTimeout", "TimedEngine", "with_call_timeout", "untimed", "calls_left_running", "carry_threads",
+           "DEFAULT_CALL_TIMEOUT_S", "CALL_THREAD_PREFIX"]
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
 """The per-call limit of the pytest fixture and assertions (``specexact.testing``) unless
 set: a call of the audit's small cases takes well under a second."""
+
+
+CALL_THREAD_PREFIX = "specexact-call:"
+"""The name of every worker thread a limited call runs in starts so (:func:`calls_left_running`)."""
 
 
 class SamplerCallTimeout(CallTimeout, TimeoutError):
@@ -62,15 +70,17 @@ class _Limit:
                                      f"within {self.seconds:g} s and is still running")
         box: dict = {}
         grad = torch.is_grad_enabled()
+        threads = torch.get_num_threads()
 
         def target():
             try:
+                carry_threads(threads)
                 with torch.set_grad_enabled(grad):
                     box["value"] = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 box["error"] = exc
 
-        worker = threading.Thread(target=target, name=f"specexact-call:{self.name}.{what}", daemon=True)
+        worker = threading.Thread(target=target, name=f"{CALL_THREAD_PREFIX}{self.name}.{what}", daemon=True)
         worker.start()
         worker.join(self.seconds)
         if worker.is_alive():
@@ -80,6 +90,14 @@ class _Limit:
         if "error" in box:
             raise box["error"]
         return box["value"]
+
+
+def carry_threads(threads: int) -> None:
+    """Set torch's thread count to ``threads`` (the caller's) in a worker thread, where it
+    differs: the count is process-wide, and a call still running in another thread (left
+    past its limit, or a pilot probe abandoned at another count) may have written its own."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 class _Timed:
@@ -184,3 +202,26 @@ def with_call_timeout(sampler, seconds: float | None):
     name = getattr(sampler, "__qualname__", None) or type(sampler).__name__
     limit = _Limit(float(seconds), str(name))
     return (_TimedCallable if callable(sampler) else _Timed)(sampler, limit)
+
+
+def untimed(sampler) -> tuple[object, float | None]:
+    """``(the sampler itself, its per-call limit in seconds)`` of a sampler wrapped by
+    :func:`with_call_timeout`; ``(sampler, None)`` for any other object (a user's own
+    wrappers are not looked into). The pilot times its probes with the sampler itself, so
+    that a slow probe never marks the audit's sampler as hung
+    (:mod:`specexact.audit.run.pilot`)."""
+    if isinstance(sampler, TimedEngine):
+        return sampler._engine, sampler._limit.seconds
+    if isinstance(sampler, _Timed):
+        return sampler._sampler, sampler._limit.seconds
+    return sampler, None
+
+
+def calls_left_running() -> list[str]:
+    """The names of the limited calls whose worker threads are still running (each a call
+    past its limit, left in its daemon thread). A process that ends with one running must
+    end through ``os._exit`` once its output is flushed: the interpreter's shutdown would
+    abort in the C++ runtime while the thread is inside torch (``terminate called without
+    an active exception``, exit status 134); see :func:`specexact.cli.console_main`."""
+    return [t.name[len(CALL_THREAD_PREFIX):] for t in threading.enumerate()
+            if t.name.startswith(CALL_THREAD_PREFIX) and t.is_alive()]

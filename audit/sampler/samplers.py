@@ -25,9 +25,13 @@ from typing import Callable
 from specexact.decoders import verify
 from specexact.decoders.adapters.protocol import check_auditable
 
-__all__ = ["SamplerError", "resolve_sampler", "available_samplers", "sampler_metadata", "ENTRY_POINT_GROUP"]
+__all__ = ["SamplerError", "resolve_sampler", "available_samplers", "sampler_metadata", "ENTRY_POINT_GROUP",
+           "ENGINE_SAMPLER_PREFIX"]
 
 ENTRY_POINT_GROUP = "specexact.samplers"
+
+ENGINE_SAMPLER_PREFIX = "engine-"
+"""An audit of an engine (``--engine NAME``) names its sampler ``engine-NAME`` in the report."""
 
 
 class SamplerError(Exception):
@@ -113,7 +117,8 @@ def resolve_sampler(name: str) -> tuple[Callable, str]:
     try:
         check_auditable(obj)
     except TypeError as exc:
-        raise SamplerError(f"sampler {name!r} ({target}): {exc}: {type(obj).__name__}") from exc
+        resolved = "" if target == name else f" ({target})"
+        raise SamplerError(f"sampler {name!r}{resolved} cannot be audited: {exc}; it is a {type(obj).__name__}") from exc
     return obj, target
 
 

@@ -41,6 +41,12 @@ Derived parts — **heuristics**, stated as such in the report:
   per-event families (acceptance, recovered, bonus) failing together (the sampler's own
   target law differs from its declared processing), or the sequence law failing while no
   per-event check does.
+- *dropped bonus token* (:func:`~specexact.audit.verdict.diagnosis_heuristics.dropped_bonus`):
+  every exact violation sits at the last draft position and every kept event's token is
+  that draft itself — a row ``[d_1 .. d_K, -1]`` read by the protocol as ``d_K`` rejected and
+  recovered as itself, which a correct residual never gives. The bonus token is named
+  (both readings in its evidence) and the acceptance and recovered parts' failures are
+  explained by it.
 - *attribution*: failures of the acceptance / recovered / bonus parts are "explained by" a
   derived culprit above; statistical per-event failures without an exact violation are
   explained by failing independence checks (the PIT tests assume independent rows); the
@@ -69,12 +75,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 from specexact.audit.verdict.decisions_replay import replay_snippet
+from specexact.audit.verdict.diagnosis_e2e import diagnose_e2e, is_e2e_report
 from specexact.audit.verdict.diagnosis_heuristics import (
     ALIGN_MIN_NATS,
     ALIGN_NATS_PER_EVENT,
     alignment,
     fits_better,
     hints,
+    dropped_bonus,
     neighbour_gain,
     per_prefix,
 )
@@ -219,6 +227,8 @@ def diagnose(report: dict) -> dict:
     KeyError
         If ``report`` lacks ``checks`` or ``sampler``.
     """
+    if is_e2e_report(report):  # an engine's generate loop: its own parts (diagnosis_e2e)
+        return diagnose_e2e(report)
     checks = list(report["checks"])
     settings = report.get("settings") or {}
     level = (settings.get("processing") or {}).get("level", "probability")
@@ -255,6 +265,11 @@ def diagnose(report: dict) -> dict:
                                       f"position γ (log-likelihood +{g[0]:.0f} nats over {g[1]}): drawn from the wrong "
                                       "position")
                 break
+    dropped = dropped_bonus(checks)
+    if dropped is not None:  # rows [d_1 .. d_K, -1]: the bonus token dropped, read as d_K rejected and recovered
+        failed, text = dropped
+        bonus.update(status="fail", heuristic=True, failed=failed + [x for x in bonus["failed"] if x not in failed],
+                     evidence=text if not bonus["evidence"] else bonus["evidence"] + "; " + text)
     _add_tiers(report, parts, grouped)
     strict = bool(settings.get("strict_inputs"))
     hardening = [k for k, _ in PARTS if parts[k]["tier"] == "hardening"]
@@ -270,6 +285,8 @@ def diagnose(report: dict) -> dict:
             continue
         if f in fuzz_hit:  # an exact fuzz finding: the part itself is wrong
             culprits.append(f)
+        elif dropped is not None and f != "bonus_token":
+            p["explained_by"] = "bonus_token"
         elif "position_alignment" in derived and f != "bonus_token":
             p["explained_by"] = "position_alignment"
         elif "per_prefix_processing" in derived:

@@ -1,16 +1,17 @@
 """The diagnosis's derived parts and hints — **heuristics**, stated as such in the report
 (:mod:`specexact.audit.verdict.diagnosis` describes them): position alignment
 (:func:`alignment`: the failing events fit a neighbouring position's law), per-prefix
-processing of a logits-level sampler (:func:`per_prefix`), and the hints on near ties and
+processing of a logits-level sampler (:func:`per_prefix`), a dropped bonus token read as a
+rejected last draft (:func:`dropped_bonus`), and the hints on near ties and
 scaled-down acceptance (:func:`hints`); with the thresholds they use.
 """
 
 from __future__ import annotations
 
-from specexact.audit.verdict.diagnosis_parts import FAMILIES, PARTS, by_case_type, check_type, tested
+from specexact.audit.verdict.diagnosis_parts import FAMILIES, PARTS, by_case_type, check_label, check_type, tested
 
 __all__ = ["ALIGN_MIN_NATS", "ALIGN_NATS_PER_EVENT", "ALIGN_PIT_P", "POSITION_0_P", "neighbour_gain",
-           "fits_better", "alignment", "per_prefix", "hints"]
+           "fits_better", "alignment", "per_prefix", "dropped_bonus", "hints"]
 
 ALIGN_MIN_NATS = 20.0
 """Smallest log-likelihood gain (nats) of a neighbouring position's law that counts as
@@ -175,6 +176,52 @@ def per_prefix(checks: list[dict], parts: dict, level: str) -> dict:
         out["evidence"] = reason
         out["failed"] = [x for f in fam_fail + ["emitted_law"] for x in parts[f]["failed"]][:10]
     return out
+
+
+def dropped_bonus(checks: list[dict]) -> tuple[list[str], str] | None:
+    """``(failing checks, evidence)`` when the exact per-event failures read as a dropped bonus
+    token, else None.
+
+    A row ``[d_1 .. d_K, -1]`` (all K drafts accepted, the bonus token left out) reads, by
+    the output protocol, as ``d_K`` rejected and ``d_K`` itself emitted as the recovered
+    token: that breaks the acceptance rule (``d_K`` was a sure draft) or the recovered
+    token's support (``max(p - q, 0)`` is 0 at every draft that can be rejected: a correct
+    sampler never recovers the draft it rejected). The pattern: every exact violation
+    (``acceptance_exact``, ``recovered_support``) sits at the last draft position ``K - 1``
+    and every kept violating event's token is that draft itself. Heuristic, as the other
+    derived readings.
+    """
+    failed, events = [], 0
+    for c in checks:
+        if check_type(c) not in ("acceptance_exact", "recovered_support") or c["passed"]:
+            continue
+        d = c.get("details") or {}
+        evs, vb = d.get("violation_events") or [], d.get("violations_by_position") or []
+        if not evs or len(vb) < 2:
+            return None
+        K = len(vb) - 1  # positions 0 .. K-1 hold decisions, K the bonus slot
+        if any(v for i, v in enumerate(vb) if i != K - 1) or not vb[K - 1]:
+            return None
+        for e in evs:
+            drafts = list(e.get("drafts") or [])
+            if len(drafts) != K or e.get("position") != K - 1 or e.get("token") != drafts[-1]:
+                return None
+        failed.append(check_label(c))
+        events += int(vb[K - 1])
+    if not failed:
+        return None
+    bonus = [c for c in checks if check_type(c) == "bonus_token_law"]
+    seen = sum(int((c.get("details") or {}).get("num_events") or 0) for c in bonus)
+    slots = sum(int((c.get("details") or {}).get("num_slots") or 0) for c in bonus)
+    text = ("two readings of the same rows: read by the output protocol, rows reject their last draft d_K and "
+            f"emit d_K itself as the recovered token ({events} exact violation(s)), which breaks the acceptance rule (a sure draft "
+            "rejected) or the recovered token's support (max(p - q, 0) is 0 at a draft that can be rejected); but "
+            "every violation sits at the last draft position and every kept event's token is that draft, which "
+            "a correct residual never gives: the rows are [d_1 .. d_K, -1], all K drafts accepted and the bonus "
+            "token dropped (the likelier reading, heuristic)")
+    if slots:
+        text += f"; the bonus token law saw {seen} bonus token(s) in {slots} slot(s)"
+    return failed, text
 
 
 def hints(checks: list[dict]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Sequence
 from specexact.audit.cases.e2e.checks import e2e_num_checks
 from specexact.audit.cases.verify_case import VERIFY_CHECKS
 from specexact.audit.checks.decisions_checks import DECISION_CHECKS
+from specexact.audit.sampler.samplers import ENGINE_SAMPLER_PREFIX
 from specexact.audit.verdict.finding_kinds import finding_kind
 from specexact.decoders.engines.registry import engine_names
 
@@ -87,8 +88,6 @@ def case_reproduction(case: dict, settings: dict, sampler: dict) -> dict:
     }
 
 
-ENGINE_SAMPLER_PREFIX = "engine-"
-"""An engine audit's sampler name is ``engine-`` and the ``--engine`` value (cli/cli_audit.py)."""
 
 
 def engine_argument(sampler: dict) -> str:

@@ -123,6 +123,17 @@ def bonus_from_last_draft_position(ids, draft_probs, target_probs, generator=Non
     return _chain(ids, draft_probs, fixed, generator)
 
 
+def bonus_dropped(ids, draft_probs, target_probs, generator=None):
+    """On full acceptance, return ``[d_1 .. d_K, -1]``: the bonus token left out (the emitted
+    law stays exact, one token per fully accepted round is lost; the per-event checks read
+    the row as ``d_K`` rejected and recovered as itself)."""
+    out = verify(ids, draft_probs, target_probs, generator)
+    K = ids.shape[1]
+    full = (out[:, :K] != PLACEHOLDER_ID).all(1)
+    out[full, K] = PLACEHOLDER_ID
+    return out
+
+
 def residual_from_first_position(ids, draft_probs, target_probs, generator=None):
     """Residual always formed with the draft law of position 0 (bug only past position 0)."""
     B, K = ids.shape
@@ -270,8 +281,8 @@ WRONG = {
     f.__name__: f
     for f in (
         resample_from_target, residual_absolute, inverted_ratio, always_accept, shifted_alignment,
-        under_accept, under_accept_1pct, draft_law_bfloat16, bonus_from_last_draft_position, residual_from_first_position,
-        recovered_from_next_position, first_row_target,
+        under_accept, under_accept_1pct, draft_law_bfloat16, bonus_from_last_draft_position, bonus_dropped,
+        residual_from_first_position, recovered_from_next_position, first_row_target,
         shared_uniforms_across_rows, reseeded_each_call, one_uniform_per_row, half_precision_sampling,
     )
 }

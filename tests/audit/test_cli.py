@@ -138,9 +138,11 @@ def test_baseline_mode_exits_1_only_on_regression(tmp_path, alpha):
     """A pass against its own earlier pass is 0; a biased sampler against that baseline is 1.
 
     Ledger: two correct audits of 8 checks, plus the baseline comparison's whole
-    false-alarm rate (one check's share)."""
+    false-alarm rate (one check's share). The comparison is of the case's checks: no fuzz
+    phase and no thread choice (together 5 s of each 6 s audit)."""
     rate = str(alpha * 8)
-    common = ["--case", "v12-eos-cut", "--batches", "4", "--quiet", "--no-html", "--false-fail-rate", rate]
+    common = ["--case", "v12-eos-cut", "--batches", "4", "--no-fuzz", "--threads", "1", "--quiet", "--no-html",
+              "--false-fail-rate", rate]
     assert run_cli([*common, "--json", str(tmp_path / "base.json")], tmp_path) == 0
     assert run_cli([*common, "--baseline", str(tmp_path / "base.json"), "--baseline-false-alarm-rate", str(alpha),
                     "--json", str(tmp_path / "again.json")], tmp_path) == 0

@@ -65,3 +65,33 @@ def test_a_check_without_a_guaranteed_tv_shows_a_dash(tmp_path, capsys):
     table = capsys.readouterr().out
     row = next(ln for ln in table.splitlines() if "v4-greedy-mix / sequence_law[class 0]" in ln)
     assert "│ -" in row and "inf" not in row
+
+
+def tree(folder) -> list[str]:
+    """Every path under ``folder`` (hidden ones too), relative, sorted."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("args", [
+    ["audit", "--sampler", "no_such_module_xyz:verify"],  # unknown sampler
+    ["audit", "--sampler", "no-such-registered-sampler"],
+    ["audit", "--engine", "no-such-engine", "--batches", "2"],  # unknown engine
+    ["audit", "--engine", "builtin", "--method", "no_such_method", "--batches", "2"],  # unknown method
+    ["audit", "--method", "draft_model"],  # bad arguments
+    ["audit", "--budget", "-1"],
+    ["audit", "--engine", "builtin", "--requests-per-class", "1"],
+    ["audit", "--case", "no-such-case"],
+    ["audit", "--device", "no-such-device"],
+    ["fuzz", "--sampler", "no_such_module_xyz:verify"],
+    ["fuzz", "--examples", "0"],
+], ids=lambda args: " ".join(args))
+def test_a_refused_command_leaves_nothing_behind(args, tmp_path, monkeypatch, capsys):
+    """Refused before the audit starts: no report folder, no journal, no lock, in the
+    folder it runs from (the default ``--report-dir``) or anywhere under it."""
+    (tmp_path / "kept.txt").write_text("x")
+    before = tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))  # --sampler puts the cwd first
+    assert main(args) == 2
+    assert "error" in capsys.readouterr().err
+    assert tree(tmp_path) == before

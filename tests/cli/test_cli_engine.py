@@ -47,7 +47,9 @@ def test_a_hanging_engine_ends_the_audit_with_a_timeout_defect_and_its_replay(tm
 
 
 @pytest.mark.statistical(checks=0)  # a hang is exact
-def test_a_hang_in_the_planning_pilot_is_the_finding_not_the_refused_load_after_it(tmp_path, monkeypatch):
+def test_a_hang_in_the_planning_pilot_is_no_finding_the_cases_own_call_finds_it(tmp_path, monkeypatch):
+    """The pilot's calls are probes (audit/run/pilot.py): one past the limit is abandoned,
+    never a finding; the hang is the defect of the case's own first call."""
     (tmp_path / "hangmod2.py").write_text(textwrap.dedent('''
         import time
         from specexact.decoders.engines.builtin import BuiltinEngine
@@ -69,8 +71,7 @@ def test_a_hang_in_the_planning_pilot_is_the_finding_not_the_refused_load_after_
     (path,) = out.glob("audit-*.json")
     (finding,) = json.loads(path.read_text())["findings"]
     assert finding["tier"] == "defect" and finding["kind"] == "timeout", finding
-    assert finding["message"].startswith("timeout in an earlier call of this engine (the audit's planning pilot"), \
-        finding["message"]
+    assert finding["message"].startswith("timeout in speculative generate call 0: "), finding["message"]
     assert "hangs.generate: no result within 1 s" in finding["message"] and "not called" not in finding["message"]
 
 
@@ -78,7 +79,14 @@ def test_a_hang_in_the_planning_pilot_is_the_finding_not_the_refused_load_after_
 def test_engine_options_without_an_engine_are_refused(flags, capsys):
     assert main(["audit", "--quick", "--case", "v8-plain", "--no-journal", *flags]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert f"{flags[0]} select an engine's end-to-end cases: give --engine too" in err
+    assert f"{flags[0]} chooses an engine's end-to-end cases: give --engine too" in err
+
+
+def test_several_engine_options_without_an_engine_are_named_together(capsys):
+    assert main(["audit", "--quick", "--case", "v8-plain", "--no-journal", "--method", "draft_model", "--pair",
+                 "llama-v64", "--requests-per-class", "8"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--method, --pair and --requests-per-class choose an engine's end-to-end cases: give --engine too" in err
 
 
 def test_sampler_and_engine_together_are_refused(capsys):

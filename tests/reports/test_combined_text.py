@@ -2,6 +2,8 @@
 check with its p-value and threshold (reports/combined_text.py, audit/combined.py)."""
 
 import copy
+import html as html_module
+import re
 
 import pytest
 import torch
@@ -45,6 +47,30 @@ def spread(report, k=6):
                         finished_at=report["finished_at"], wall_time_s=report["wall_time_s"])
 
 
+def text_of(page: str) -> str:
+    """The words of an HTML page (tags dropped, entities decoded, whitespace collapsed)."""
+    return " ".join(html_module.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def split_statements(text: str) -> set[str]:
+    """Every statement of the false-fail split in ``text``: from "false-fail rate of the"
+    to the per-check rate's "each"."""
+    return set(re.findall(r"false-fail rate of the .*? each", text))
+
+
+def test_markdown_html_and_terminal_state_the_split_in_one_sentence(small_report, capsys):
+    """One wording of the split (Bonferroni over the checks, the combined check's share),
+    from reports/combined_text.py, in every renderer: no other description of it."""
+    split = split_text(small_report["settings"])
+    md = " ".join(render_markdown(small_report).split())
+    page = text_of(render_html(small_report))
+    print_table(small_report)
+    terminal = " ".join(capsys.readouterr().out.split())
+    for text in (md, page, terminal):
+        assert split_statements(text) == {split}, split_statements(text)
+    assert "bonferroni+cauchy over" not in page
+
+
 def test_older_reports_state_bonferroni_alone(small_report):
     old = dict(small_report["settings"], correction="bonferroni")
     old.pop("combination")
@@ -65,7 +91,7 @@ def test_renderers_state_the_split_and_the_combined_check(small_report, capsys):
         md = render_markdown(report)
         assert split in md and "combined check (cauchy combination" in md
         html = render_html(report)
-        assert "for the\n    combined check" in html and "combined check (cauchy combination" in html
+        assert split in text_of(html) and "combined check (cauchy combination" in html
         print_table(report)
         out = capsys.readouterr().out
         assert "combined check (cauchy" in out and "for the combined check" in out

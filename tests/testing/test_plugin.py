@@ -1,6 +1,13 @@
 """The pytest plugin, run as an engine would run it (``pytester``): the documented example
 passes a correct sampler and fails a planted one with the finding in the message; the
-session's false-fail budget is split identically under ``-n 1`` and ``-n 2``."""
+session's false-fail budget is split identically under ``-n 1`` and ``-n 2``.
+
+The example holds three kinds of test: one probability-level test per quick case, the
+logits-level one and the numbers one. In CI each kind runs once (the v8-plain case, or
+v12-eos-cut for the planted sampler: ``-k`` selects them, about 12 s a run instead of 33 s);
+the nightly profile runs the whole file as pasted (``@pytest.mark.nightly``), as does
+``pytest -m venv`` in a fresh virtualenv (``tests/testing/test_fresh_venv.py``).
+"""
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -36,24 +43,59 @@ def test_this_suite_runs_with_the_plugin_beside_its_conftest(request):
     assert config.getoption("specexact_false_fail_rate") is None  # our suite never sets it
 
 
-@pytest.mark.statistical(checks=1)
-def test_documented_example_passes_a_correct_sampler(pytester, alpha):
-    pytester.makepyfile(test_engine_exactness=example_text())
-    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider",
-                                          f"--specexact-false-fail-rate={alpha}")
-    result.assert_outcomes(passed=EXAMPLE_AUDITS)
-    n = EXAMPLE_AUDITS
+#: ``-k`` expressions selecting one test of each kind in the example (see the module docstring).
+ONE_OF_EACH_KIND = "plain or logits_adapter or power"
+ONE_OF_EACH_KIND_PLANTED = "eos or logits_adapter or power"
+
+
+def run_example(pytester, planted: bool, *args: str):
+    pytester.makepyfile(test_engine_exactness=example_text(planted=planted))
+    return pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", *args)
+
+
+def check_passes(result, alpha, n):
+    result.assert_outcomes(passed=n, deselected=EXAMPLE_AUDITS - n)
     result.stdout.fnmatch_lines([f"specexact: session false-fail rate {alpha:g} split over {n} audit(s): *",
                                  f"specexact: {n} test(s) audited at session false-fail rate {alpha:g} split over {n} "
                                  "audit(s): *"])
 
 
+@pytest.mark.statistical(checks=1)
+def test_each_kind_of_test_in_the_documented_example_passes_a_correct_sampler(pytester, alpha):
+    result = run_example(pytester, False, "-v", "-k", ONE_OF_EACH_KIND, f"--specexact-false-fail-rate={alpha}")
+    check_passes(result, alpha, 3)
+    out = result.stdout.str()
+    for name in ("test_verifier_is_exact[v8-plain]", "test_logits_adapter_is_exact",
+                 "test_verifier_power_at_this_sample_size"):
+        assert f"::{name} PASSED" in out, out
+
+
+@pytest.mark.nightly
+@pytest.mark.statistical(checks=1)
+def test_documented_example_passes_a_correct_sampler(pytester, alpha):
+    check_passes(run_example(pytester, False, f"--specexact-false-fail-rate={alpha}"), alpha, EXAMPLE_AUDITS)
+
+
+@pytest.mark.statistical(checks=0)
+def test_each_kind_of_test_in_the_documented_example_fails_a_planted_sampler_with_the_finding(pytester):
+    # the logits-level test audits the built-in adapter (the planted line is the other one): it passes
+    result = run_example(pytester, True, "-v", "-k", ONE_OF_EACH_KIND_PLANTED)
+    result.assert_outcomes(failed=2, passed=1, deselected=EXAMPLE_AUDITS - 3)
+    out = result.stdout.str()
+    assert "::test_verifier_power_at_this_sample_size FAILED" in out and "::test_logits_adapter_is_exact PASSED" in out
+    check_planted_failures(result)
+
+
+@pytest.mark.nightly
 @pytest.mark.statistical(checks=0)
 def test_documented_example_fails_a_planted_sampler_with_the_finding(pytester):
-    pytester.makepyfile(test_engine_exactness=example_text(planted=True))
-    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    result = run_example(pytester, True)
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) >= 2, result.stdout.str()
+    check_planted_failures(result)
+
+
+def check_planted_failures(result):
     out = result.stdout.str()
     assert "test_verifier_is_exact[v12-eos-cut] FAILED" in out or "FAILED test_engine_exactness.py::" \
         "test_verifier_is_exact[v12-eos-cut]" in out

@@ -43,6 +43,8 @@ The package, one module per job:
 - :mod:`.laws`: the reference laws, exact, from the tiny models' weights;
 - :mod:`.engine_call`: the engine call (loading the engine, its generate calls, crash
   detection and the search for the classes that crash alone);
+- :mod:`.fresh_process`: a case whose engine cannot be loaded again after a crash goes on in
+  fresh processes (the run room starts them);
 - :mod:`.checks`: the checks and their count;
 - :mod:`.run`: running a case (:func:`~.run.run_e2e_case`);
 - :mod:`.kind`: the case kind, :data:`~.kind.CASE_KIND`.

@@ -88,7 +88,7 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
     methods = caps.methods if method is None else (method,)
     bad = [m for m in methods if m not in caps.methods]
     if bad:
-        raise ValueError(f"method {bad[0]!r} is not one engine {engine.name!r} runs; it declares {list(caps.methods)}")
+        raise ValueError(f"engine {engine.name!r} does not run method {bad[0]!r}; it declares {list(caps.methods)}")
     cases = []
     for m in methods:
         classes = [rc for rc in _row_classes(caps, num_speculative_tokens, seed, lookup=m in LOOKUP_METHODS)

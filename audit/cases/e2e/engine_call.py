@@ -9,12 +9,16 @@ the output protocol. An engine the audit limits in time is wrapped by
 :class:`specexact.audit.sampler.call_timeout.TimedEngine` (its load and generate calls raise
 :class:`~specexact.audit.sampler.call_timeout.SamplerCallTimeout` when they hang). After a
 crash, :func:`is_crash` tells a crash from a hang or a protocol break and
-:func:`crashing_classes` searches the classes that crash alone.
+:func:`search_crashing_classes` (:func:`crashing_classes`) searches the classes that crash alone.
+An engine that cannot be loaded again in this process after a crash (vLLM after numba) leaves
+the rest of its case to a fresh process: :class:`FreshProcessWork`.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from specexact.audit.cases.e2e.case import E2ECase, model_dirs
 from specexact.audit.cases.e2e.laws import case_models
@@ -23,7 +27,7 @@ from specexact.decoders import VerifierProtocolError
 from specexact.decoders.engines.protocol import check_generation_results
 
 __all__ = ["mark_stale", "stale_reason", "stale_exception", "ensure_loaded", "engine_generate", "generate_call",
-           "is_crash", "crashing_classes"]
+           "is_crash", "crashing_classes", "search_crashing_classes", "CrashSearch", "FreshProcessWork"]
 
 _LOADED: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
 
@@ -114,31 +118,128 @@ def is_crash(exc: BaseException) -> bool:
     return not isinstance(exc, (SamplerCallTimeout, VerifierProtocolError))
 
 
-def crashing_classes(case: E2ECase, engine, call: int, *, speculative: bool = True,
-                     timed=None) -> tuple[list[int], str | None]:
-    """The classes whose requests crash the engine when generated alone: ``(classes, note)``.
+@dataclass(frozen=True)
+class CrashSearch:
+    """What :func:`search_crashing_classes` found (class indices of the searched case).
+
+    Attributes
+    ----------
+    crashing : tuple of int
+        Classes whose requests crashed the engine when generated alone.
+    ok : tuple of int
+        Classes whose requests ran alone without a raise.
+    pending : tuple of int
+        Classes not searched: the search stopped before them (``stopped`` says why).
+    stopped : str or None
+        Why the search stopped early (a reload failed, a call hung), else None.
+    unloadable : bool
+        The search stopped because the engine could not be loaded again after a crash: a
+        fresh process can go on with ``pending`` (:class:`FreshProcessWork`).
+    """
+
+    crashing: tuple = ()
+    ok: tuple = ()
+    pending: tuple = ()
+    stopped: str | None = None
+    unloadable: bool = False
+
+
+def search_crashing_classes(case: E2ECase, engine, call: int, *, classes: Sequence[int] | None = None,
+                            speculative: bool = True, timed=None) -> CrashSearch:
+    """Generate each class of ``classes`` (default: every class of ``case``) alone and say
+    which crash the engine (:class:`CrashSearch`).
 
     Each class's requests of call ``call`` go in a generate call of their own, of the kind
     that crashed (``speculative`` or plain), on a freshly loaded engine after every crash
-    (:func:`ensure_loaded`). ``note`` says why the search stopped early (a reload failed, a
-    call hung), else None. ``timed(phase, fn, *args)``, when given, times the reloads
+    (:func:`ensure_loaded`). The search stops at a reload that fails (``unloadable``) or at a
+    call that hangs. ``timed(phase, fn, *args)``, when given, times the reloads
     (``engine_load``) and the calls (``crash_search``).
     """
     if timed is None:
         def timed(_phase, fn, *args, **kwargs):
             return fn(*args, **kwargs)
     target, _ = case_models(case)
-    crashing = []
-    for c in range(len(case.row_classes)):
+    todo = list(range(len(case.row_classes))) if classes is None else [int(c) for c in classes]
+    crashing, ok = [], []
+    for i, c in enumerate(todo):
+        if not 0 <= c < len(case.row_classes):
+            raise ValueError(f"classes: index {c} is not a class of case {case.name!r} "
+                             f"({len(case.row_classes)} classes)")
         requests = case.restricted([c]).requests(target.eos_token_id, call)
         try:
             timed("engine_load", ensure_loaded, engine, case)
         except Exception as exc:  # noqa: BLE001
-            return crashing, f"the engine could not be loaded again after a crash ({type(exc).__name__}: {exc})"
+            return CrashSearch(tuple(crashing), tuple(ok), tuple(todo[i:]),
+                               f"the engine could not be loaded again after a crash ({type(exc).__name__}: {exc})",
+                               unloadable=True)
         try:
             timed("crash_search", engine_generate, engine, requests, speculative)
         except SamplerCallTimeout as exc:
-            return crashing, f"class {case.class_id(c)} alone hung ({exc})"
+            return CrashSearch(tuple(crashing), tuple(ok), tuple(todo[i + 1:]),
+                               f"class {case.class_id(c)} alone hung ({exc})")
         except Exception:  # noqa: BLE001 - the crash this search looks for
             crashing.append(c)
-    return crashing, None
+        else:
+            ok.append(c)
+    return CrashSearch(tuple(crashing), tuple(ok))
+
+
+def crashing_classes(case: E2ECase, engine, call: int, *, speculative: bool = True,
+                     timed=None) -> tuple[list[int], str | None]:
+    """The classes whose requests crash the engine when generated alone: ``(classes, note)``
+    (:func:`search_crashing_classes` over every class; ``note`` says why the search stopped
+    early, else None)."""
+    found = search_crashing_classes(case, engine, call, speculative=speculative, timed=timed)
+    return list(found.crashing), found.stopped
+
+
+@dataclass(frozen=True)
+class FreshProcessWork:
+    """What an end-to-end case leaves to a fresh process: its engine could not be loaded again
+    in this one after a crash (vLLM: no second engine after numba). The run room
+    (:mod:`specexact.audit.run.isolation`) starts one, which goes on with
+    :func:`~specexact.audit.cases.e2e.sampling.run_e2e_fresh`: it searches the ``pending``
+    classes alone, then checks the laws of the classes that do not crash, on a newly started
+    engine. Class indices are those of the case the result holds (``CaseResult.case``).
+
+    Attributes
+    ----------
+    call : int
+        The generate call whose requests the crash search sends (the crashed call's).
+    speculative : bool
+        Whether the crash search's calls are speculative (as the crashed call was).
+    crashing : tuple of int
+        Classes already known to crash alone.
+    ok : tuple of int
+        Classes already known to run alone.
+    pending : tuple of int
+        Classes not searched yet.
+    reason : str
+        Why the process before could not go on (the failed load).
+    whole_case : bool
+        The case itself never ran: the engine was left unloadable by an earlier case's crash,
+        so the fresh process runs the whole case (its result replaces the failed load's).
+    """
+
+    call: int
+    speculative: bool
+    crashing: tuple = ()
+    ok: tuple = ()
+    pending: tuple = ()
+    reason: str = ""
+    whole_case: bool = False
+    searched: tuple = field(default=(), compare=False)
+    """Classes the latest process searched (for the report: what ran where)."""
+
+    def to_dict(self) -> dict:
+        return {"call": self.call, "speculative": self.speculative, "crashing": list(self.crashing),
+                "ok": list(self.ok), "pending": list(self.pending), "reason": self.reason,
+                "whole_case": self.whole_case, "searched": list(self.searched)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FreshProcessWork":
+        return cls(call=int(d["call"]), speculative=bool(d["speculative"]),
+                   crashing=tuple(int(c) for c in d.get("crashing", ())), ok=tuple(int(c) for c in d.get("ok", ())),
+                   pending=tuple(int(c) for c in d.get("pending", ())), reason=str(d.get("reason", "")),
+                   whole_case=bool(d.get("whole_case", False)),
+                   searched=tuple(int(c) for c in d.get("searched", ())))

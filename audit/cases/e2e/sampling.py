@@ -7,7 +7,10 @@ generate calls of the case's requests
 again for reproducibility, and checks each class's outputs
 (:mod:`~specexact.audit.cases.e2e.checks`). A crash, a hang or a break of the output
 protocol is a defect; after a crash of a call holding several classes, the classes that
-crash alone are named and the case goes on with the others.
+crash alone are named and the case goes on with the others. An engine that cannot be loaded
+again in this process after a crash leaves the rest to a fresh process
+(:attr:`CaseResult.fresh_process <specexact.audit.cases.result.CaseResult.fresh_process>`,
+:mod:`~specexact.audit.cases.e2e.fresh_process`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import torch
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
 from specexact.audit.cases.e2e.engine_call import (
-    crashing_classes,
+    FreshProcessWork,
+    search_crashing_classes,
     ensure_loaded,
     generate_call,
     is_crash,
@@ -85,6 +89,11 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                     f"engine load (loading it again after an earlier call raised {earlier})")
             result.defect, chk = sampler_failure(exc, where, false_fail_rate)
             result.checks.append(chk)
+            if earlier is not None and not isinstance(cause, SamplerCallTimeout):
+                # an earlier case's crash left an engine this process cannot load again: the
+                # whole case can run in a fresh process (its result then replaces this one)
+                result.fresh_process = FreshProcessWork(call=shift, speculative=True, ok=tuple(range(C)),
+                                                        reason=result.defect.splitlines()[0], whole_case=True)
             return result
         where = "speculative generate call 0"
         try:
@@ -112,9 +121,9 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
-            note, rest = "", None
+            note, rest, left = "", None, None
             if is_crash(exc) and C > 1:
-                note, rest = _without_crashing_classes(case, engine, shift, false_fail_rate, timed,
+                note, rest, left = _without_crashing_classes(case, engine, shift, false_fail_rate, timed,
                                                        speculative=where.startswith("speculative"),
                                                        seed=seed, num_batches=num_batches,
                                                        time_budget_s=time_budget_s, start=start,
@@ -122,6 +131,7 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                                                        min_expected=min_expected)
             result.defect, chk = sampler_failure(exc, where, false_fail_rate, note=note)
             result.checks.append(chk)
+            result.fresh_process = left
             if rest is not None:  # the other classes, audited after the crash
                 result.checks.extend(rest.checks)
                 if rest.defect:
@@ -144,19 +154,26 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
 
 def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, timed, *, speculative: bool,
                               time_budget_s: float | None, start: float, **run):
-    """After a crash of a call holding every class: ``(note, rest)``. The classes that crash
-    alone (:func:`~specexact.audit.cases.e2e.engine_call.crashing_classes`) are named in
-    ``note`` (each one's request shape is its replay); ``rest`` is a fresh run of the case restricted to the other classes, in what is
-    left of ``time_budget_s`` (counted from ``start``: the search is paid from the case's
-    time), None when none is left, no class crashes alone or the search stopped."""
-    crashing, stopped = crashing_classes(case, engine, call, speculative=speculative, timed=timed)
+    """After a crash of a call holding every class: ``(note, rest, left)``. The classes that
+    crash alone (:func:`~specexact.audit.cases.e2e.engine_call.search_crashing_classes`) are
+    named in ``note`` (each one's request shape is its replay); ``rest`` is a fresh run of the
+    case restricted to the other classes, in what is left of ``time_budget_s`` (counted from
+    ``start``: the search is paid from the case's time), None when none is left, no class
+    crashes alone or the search stopped. ``left`` is the work a fresh process can go on with
+    when the search stopped because the engine could not be loaded again
+    (:class:`~specexact.audit.cases.e2e.engine_call.FreshProcessWork`), else None."""
+    found = search_crashing_classes(case, engine, call, speculative=speculative, timed=timed)
+    crashing, stopped = list(found.crashing), found.stopped
     named = "; ".join(f"class {case.class_id(c)} ({case.row_classes[c].describe()})" for c in crashing)
     keep = [c for c in range(len(case.row_classes)) if c not in crashing]
     if stopped is not None:
-        return (f"; alone, these crash: {named}" if crashing else "") + f"; {stopped}", None
+        left = None if not found.unloadable else FreshProcessWork(
+            call=call, speculative=speculative, crashing=found.crashing, ok=found.ok, pending=found.pending,
+            reason=stopped, searched=tuple(sorted(found.crashing + found.ok)))
+        return (f"; alone, these crash: {named}" if crashing else "") + f"; {stopped}", None, left
     note = f"; alone, these crash: {named}" if crashing else "; no class crashes alone (only together)"
     if not crashing or not keep:
-        return note, None
+        return note, None, None
     note += f"; the case went on with classes {', '.join(str(case.class_id(c)) for c in keep)}"
     budget = None if time_budget_s is None else max(time_budget_s - (time.perf_counter() - start), 0.0)
-    return note, run_e2e_case(case.restricted(keep), engine, false_fail_rate=alpha, time_budget_s=budget, **run)
+    return note, run_e2e_case(case.restricted(keep), engine, false_fail_rate=alpha, time_budget_s=budget, **run), None

@@ -32,7 +32,7 @@ def test_the_cases_cover_the_request_shapes_and_say_which_check_acceptance():
     # acceptance has an exact law where no EOS cuts the first round
     assert CASE.check_acceptance == tuple(not rc.eos for rc in CASE.row_classes)
     assert CHECKS == 3 * 8 + 1 + 6
-    with pytest.raises(ValueError, match="method 'ngram' is not one engine 'builtin' runs"):
+    with pytest.raises(ValueError, match="engine 'builtin' does not run method 'ngram'; it declares"):
         e2e_cases(BuiltinEngine(), "ngram")
 
 

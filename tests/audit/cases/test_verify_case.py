@@ -88,14 +88,25 @@ def test_builtin_verifier_passes(alpha):
     assert res.checks[2].n + res.checks[3].n == res.num_sequences  # K=1: a row rejects or gets a bonus
 
 
+# Rows and calls per planted bug: the first four break an exact rule (recovered_support or
+# acceptance_exact fail at p = 0 on 512 rows x 2 calls, a quarter of the work); the reseeded
+# verifier is seen only across calls (independent_calls: p = 2.2e-12 on 1024 x 4, 5.9e-6 on
+# 512 x 4, above the per-check rate).
+WRONG_SAMPLES = {"resample_from_target": (512, 2), "residual_absolute": (512, 2), "always_accept": (512, 2),
+                 "inverted_ratio": (512, 2), "reseeded_each_call": (SMALL.batch_size, 4)}
+
+
 # A planted bug risks only a false pass, which the false-fail ledger does not count.
 @pytest.mark.statistical(checks=0)
-@pytest.mark.parametrize("name", ["resample_from_target", "residual_absolute", "always_accept", "inverted_ratio",
-                                  "reseeded_each_call"])
+@pytest.mark.parametrize("name", sorted(WRONG_SAMPLES))
 def test_wrong_verifiers_fail(name, alpha):
-    res = run_case(SMALL, WRONG[name], false_fail_rate=alpha, num_batches=4)
+    rows, calls = WRONG_SAMPLES[name]
+    res = run_case(replace(CASE, batch_size=rows), WRONG[name], false_fail_rate=alpha, num_batches=calls)
     assert res.defect is None
     assert not res.passed
+    if rows < SMALL.batch_size:  # caught by an exact rule, as the comment above says
+        assert any(c.pvalue == 0 and c.name in ("recovered_support", "acceptance_exact")
+                   for c in res.checks if not c.passed), [str(c) for c in res.checks]
 
 
 def test_crash_and_protocol_violation_are_defects():

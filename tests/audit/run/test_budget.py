@@ -342,7 +342,7 @@ def _fixed_pilot(monkeypatch, seconds_per_call):
 
     monkeypatch.setattr(execute, "pilot_costs", costs)
     monkeypatch.setattr(execute, "pilot_with_thread_choice",
-                        lambda cases, device, verifier=None: (costs(cases, device),
+                        lambda cases, device, verifier=None, probe_budget_s=None: (costs(cases, device),
                                                               execute.ThreadChoice(torch.get_num_threads(), "set")))
 
 

@@ -195,3 +195,11 @@ def test_an_engine_missing_from_this_environment_points_to_its_own(name, env):
     with pytest.raises(SamplerError, match=re.escape(env)) as info:
         resolve_sampler(name)
     assert "thirdparty" not in str(info.value)
+
+
+def test_a_target_that_is_no_sampler_is_named_once_with_its_type():
+    with pytest.raises(SamplerError) as info:
+        resolve_sampler("math:pi")
+    message = str(info.value)
+    assert message.startswith("sampler 'math:pi' cannot be audited: ") and message.endswith("; it is a float")
+    assert message.count("math:pi") == 1, message

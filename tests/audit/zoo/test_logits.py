@@ -10,6 +10,12 @@ bit for bit (tests/decoders/adapters/test_builtin_logits.py), the probability le
 audited on the tile-edge case in CI (test_zoo.py), and the per-operation reference is
 compared with the built-in pipeline at V=8193 (tests/decoders/test_processing.py); the
 nightly profile runs every sampler here on every default case.
+
+The V=4096 case cost 7 of the 10 s of an audit by the per-operation reference: in CI the
+planted bugs run on the quick cases (the six with V <= 12; each is caught there), and so
+does the prompt-scope sampler (the built-in order, with the prompt in the penalties'
+scope); the built-in order, the lean sampler and the transformers order (the per-operation
+reference in another declared order) still run the V=4096 case.
 """
 
 import pytest
@@ -17,10 +23,14 @@ import pytest
 from specexact.audit import default_cases, run_audit
 from specexact.audit.cases.dispatch import checks_per_case, restrict_to_sampler
 from specexact.audit.zoo.logits import CORRECT_LOGITS, WRONG_LOGITS
+from specexact.testing import case_names
 
 NUM_BATCHES = 4
 ALL_CASES = tuple(default_cases())
 CI_CASES = tuple(c for c in ALL_CASES if c.model.vocab_size <= 8192)
+QUICK_CASES = tuple(c for c in ALL_CASES if c.name in case_names("quick"))
+#: Correct samplers that run CI_CASES in CI; the others run QUICK_CASES (module docstring).
+CI_CASES_SAMPLERS = {"builtin_order", "lean", "transformers_order"}
 
 
 def checks_for(verifier, cases=CI_CASES):
@@ -50,7 +60,18 @@ def check_correct(v, report, cases):
 @pytest.mark.parametrize("name", sorted(CORRECT_LOGITS))
 def test_correct_logits_level_sampler_passes(name, alpha):
     v = CORRECT_LOGITS[name]
-    check_correct(v, audit(v, alpha), CI_CASES)
+    cases = CI_CASES if name in CI_CASES_SAMPLERS else QUICK_CASES
+    check_correct(v, audit(v, alpha, cases), cases)
+
+
+def test_ci_cases_leave_out_the_tile_edge_case_and_the_quick_cases_the_zipf_one_too():
+    assert [c.name for c in ALL_CASES if c not in CI_CASES] == ["v8193-tile-trunc-penalties"]
+    assert [c.name for c in CI_CASES if c not in QUICK_CASES] == ["v4096-zipf"]
+    assert CI_CASES_SAMPLERS < set(CORRECT_LOGITS)
+    # the per-operation reference in a declared order other than the built-in one runs V=4096
+    transformers = CORRECT_LOGITS["transformers_order"]
+    assert transformers.processing.order != CORRECT_LOGITS["builtin_order"].processing.order
+    assert CI_CASES[-1].name == "v4096-zipf" and restrict_to_sampler(CI_CASES[-1], transformers)[0] is not None
 
 
 @pytest.mark.nightly
@@ -72,7 +93,7 @@ def check_caught(report):
 @pytest.mark.statistical(checks=0)  # a planted bug risks only a false pass
 @pytest.mark.parametrize("name", sorted(WRONG_LOGITS))
 def test_planted_processing_bug_is_caught(name, alpha):
-    check_caught(audit(WRONG_LOGITS[name], alpha))
+    check_caught(audit(WRONG_LOGITS[name], alpha, QUICK_CASES))
 
 
 @pytest.mark.nightly

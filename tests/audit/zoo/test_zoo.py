@@ -9,7 +9,10 @@ In CI every verifier runs the default cases but the tile-edge one (V=8193, 2048 
 cost half of each audit; every planted bug is caught without it, with its parts, as the
 CI test asserts on those seven cases); the built-in verifier runs all of them, so the
 decoder's large-vocabulary path is still audited on every build. The diagnosis on the full
-default set is checked by the nightly test. The nightly profile (``tox -e nightly``) runs every
+default set is checked by the nightly test. The planted bugs run on the quick cases (the
+six small ones: V <= 12) and the fuzz phase: the V=4096 case cost a third of each planted
+bug's audit, and every planted bug is caught with its parts without it; the correct
+verifiers still run it. The nightly profile (``tox -e nightly``) runs every
 verifier on every default case (``@pytest.mark.nightly``). A run at a per-check rate
 ``alpha`` finds what the default audit finds: the default audit's per-check rate is the
 same whatever subset of its cases runs.
@@ -21,10 +24,12 @@ from specexact.audit import default_cases, run_audit
 from specexact.audit.checks.combined import COMBINED_SHARE
 from specexact.audit.cases.dispatch import checks_per_case
 from specexact.audit.zoo import CORRECT, WRONG
+from specexact.testing import case_names
 
 NUM_BATCHES = 4
 ALL_CASES = tuple(default_cases())
 CI_CASES = tuple(c for c in ALL_CASES if c.model.vocab_size <= 8192)
+PLANTED_CASES = tuple(c for c in ALL_CASES if c.name in case_names("quick"))  # see the module docstring
 NUM_CHECKS = sum(checks_per_case(c) for c in ALL_CASES)
 CI_CHECKS = sum(checks_per_case(c) for c in CI_CASES)
 
@@ -37,6 +42,8 @@ def audit(verifier, alpha, cases=CI_CASES):
 
 def test_ci_cases_leave_out_only_the_tile_edge_case():
     assert [c.name for c in ALL_CASES if c not in CI_CASES] == ["v8193-tile-trunc-penalties"]
+    assert [c.name for c in CI_CASES if c not in PLANTED_CASES] == ["v4096-zipf"]
+    assert max(c.model.vocab_size for c in PLANTED_CASES) <= 12
 
 
 def check_correct(report, alpha):
@@ -74,6 +81,7 @@ PARTS = {
     "draft_law_bfloat16": {"acceptance_rule", "recovered_token"},
     "under_accept_1pct": {"acceptance_rule"},
     "bonus_from_last_draft_position": {"bonus_token"},
+    "bonus_dropped": {"bonus_token"},
     "resample_from_target": {"recovered_token"},
     "residual_absolute": {"recovered_token"},
     "inverted_ratio": {"acceptance_rule"},
@@ -98,7 +106,7 @@ def test_every_planted_bug_has_its_parts():
 @pytest.mark.statistical(checks=0)
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_planted_bug_is_caught(name, alpha):
-    check_caught(name, audit(WRONG[name], alpha))
+    check_caught(name, audit(WRONG[name], alpha, PLANTED_CASES))
 
 
 @pytest.mark.nightly
@@ -117,6 +125,12 @@ def check_caught(name, report):
         assert culprits == ["bonus_token"]
         bonus = next(p for p in report["diagnosis"]["parts"] if p["part"] == "bonus_token")
         assert "wrong position" in bonus["evidence"] and bonus["replay"]
+    if name == "bonus_dropped":  # read as d_K rejected and recovered as itself: named the bonus token's fault
+        assert culprits == ["bonus_token"]
+        parts = {p["part"]: p for p in report["diagnosis"]["parts"]}
+        assert "bonus token dropped" in parts["bonus_token"]["evidence"]
+        assert "two readings" in parts["bonus_token"]["evidence"]
+        assert parts["acceptance_rule"]["explained_by"] == parts["recovered_token"]["explained_by"] == "bonus_token"
     if name == "recovered_from_next_position":  # the recovered token's fault, not the alignment's
         assert culprits == ["recovered_token"]
         rec = next(p for p in report["diagnosis"]["parts"] if p["part"] == "recovered_token")

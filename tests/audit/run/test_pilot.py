@@ -1,0 +1,117 @@
+"""The pilot's calls are probes, bounded, and never a finding (audit/run/pilot.py)."""
+
+import json
+import textwrap
+import time
+
+import pytest
+import torch
+
+from specexact.audit import quick_cases
+from specexact.audit.run.pilot import THREAD_ABANDON, pilot_with_thread_choice
+from specexact.audit.sampler.call_timeout import with_call_timeout
+from specexact.cli import main
+from specexact.decoders import verify
+
+CASES = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def stalls_when_threaded(ids, draft_probs, target_probs, generator=None):
+    """Correct, but a call at more than one thread stalls for 3 s (a loaded machine)."""
+    if torch.get_num_threads() > 1:
+        time.sleep(3.0)
+    return verify(ids, draft_probs, target_probs, generator)
+
+
+def test_a_slow_probe_is_cut_off_at_the_factor_and_the_sampler_is_not_marked_hung():
+    timed = with_call_timeout(stalls_when_threaded, 1.0)
+    t0 = time.perf_counter()
+    costs, choice = pilot_with_thread_choice(CASES, verifier=timed, candidates=[1, 2])
+    took = time.perf_counter() - t0
+    assert choice.threads == 1 and torch.get_num_threads() == 1
+    assert choice.cases_timed == 1 and choice.seconds["2"] >= THREAD_ABANDON * choice.seconds["1"]
+    # cut off at 2x one thread's time, then waited for at most the 1 s limit: never the 3 s stall
+    assert took < 3.0, took
+    # the audit's own wrapper was never the one that timed out: its calls still run
+    out = timed(*_verify_inputs())
+    assert out.shape[0] == 2
+
+
+def test_the_candidates_probes_stop_when_their_share_of_the_budget_is_spent():
+    calls = []
+
+    def counts_threads(ids, draft_probs, target_probs, generator=None):
+        calls.append(torch.get_num_threads())
+        if torch.get_num_threads() > 1:
+            time.sleep(0.2)
+        return verify(ids, draft_probs, target_probs, generator)
+
+    _, choice = pilot_with_thread_choice(CASES, verifier=counts_threads, candidates=[1, 2, 3], probe_budget_s=0.0)
+    assert set(calls) == {1} and choice.threads == 1 and set(choice.seconds) == {"1"}
+
+
+def _verify_inputs():
+    g = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(2, 1, 4, generator=g), -1)
+    p = torch.softmax(torch.randn(2, 2, 4, generator=g), -1)
+    return torch.zeros(2, 1, dtype=torch.int64), q, p, g
+
+
+@pytest.mark.statistical(checks=0)  # the audit's checks are not asserted on, only its verdict and defects
+def test_an_engine_slow_at_two_threads_passes_a_budgeted_audit_with_a_short_call_timeout(tmp_path, monkeypatch):
+    """The case of the issue: a correct engine whose two-thread calls take far longer under
+    load had its pilot probe judged a hang (verdict fail, 0 sequences)."""
+    (tmp_path / "slowmod.py").write_text(textwrap.dedent('''
+        import time
+        import torch
+        from specexact.decoders.engines.builtin import BuiltinEngine
+
+        class SlowWhenThreaded(BuiltinEngine):
+            name = "slow-when-threaded"
+
+            def generate(self, requests, *, speculative):
+                if torch.get_num_threads() > 1:
+                    time.sleep(120.0)  # a call at two threads never ends within the test
+                return super().generate(requests, speculative=speculative)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    torch.set_num_threads(2)
+    out = tmp_path / "reports"
+    code = main(["audit", "--engine", "slowmod:SlowWhenThreaded", "--method", "draft_model", "--requests-per-class",
+                 "8", "--budget", "12", "--call-timeout", "6", "--report-dir", str(out), "--no-html", "--no-journal",
+                 "--quiet"])
+    (path,) = out.glob("audit-*.json")
+    report = json.loads(path.read_text())
+    assert [f for f in report["findings"] if f["tier"] == "defect"] == []
+    assert report["settings"]["threads"]["threads"] == 1
+    assert code == 0 and report["verdict"] == "pass" and report["num_sequences"] > 0
+
+
+def test_a_limited_call_runs_at_the_callers_thread_count_whatever_a_straggler_wrote():
+    """A probe abandoned at two threads that ends later writes its count back process-wide
+    (decoders.models.one_cpu_thread restores the count it read); the audit's calls keep the
+    caller's count (call_timeout.carry_threads)."""
+    import threading
+
+    torch.set_num_threads(1)
+    seen = []
+
+    def records_threads(ids, draft_probs, target_probs, generator=None):
+        seen.append(torch.get_num_threads())
+        return verify(ids, draft_probs, target_probs, generator)
+
+    def straggler():
+        torch.set_num_threads(2)  # what a call that read two threads writes back when it ends
+
+    th = threading.Thread(target=straggler)
+    th.start()
+    th.join()
+    with_call_timeout(records_threads, 5.0)(*_verify_inputs())
+    assert seen == [1] and torch.get_num_threads() == 1
