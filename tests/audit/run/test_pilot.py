@@ -36,7 +36,7 @@ def test_a_slow_probe_is_cut_off_at_the_factor_and_the_sampler_is_not_marked_hun
     costs, choice = pilot_with_thread_choice(CASES, verifier=timed, candidates=[1, 2])
     took = time.perf_counter() - t0
     assert choice.threads == 1 and torch.get_num_threads() == 1
-    assert choice.cases_timed == 1 and choice.seconds["2"] >= THREAD_ABANDON * choice.seconds["1"]
+    assert choice.cases_timed == 1 and choice.seconds["2"] >= THREAD_ABANDON * choice.seconds["1"] - 2e-6  # rounded to 1e-6
     # cut off at 2x one thread's time, then waited for at most the 1 s limit: never the 3 s stall
     assert took < 3.0, took
     # the audit's own wrapper was never the one that timed out: its calls still run
