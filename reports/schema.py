@@ -566,7 +566,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "platform": {"type": "string"},
                 "git_revision": _NULLABLE_STRING,
                 "git_dirty": {"type": ["boolean", "null"]},
-                "allocator": {"description": "what the C allocator was told (specexact.audit.allocator; since 1.4): "
+                "allocator": {"description": "what the C allocator was told (specexact.audit.core.allocator; since 1.4): "
                                              "'kept' or 'default', with the reason in parentheses",
                               "type": "string"},
             },

@@ -1,7 +1,7 @@
 """Run one audit case against a sampler and collect its calibrated check results.
 
 :func:`run_case` serves every kind of case through its :class:`~specexact.audit.cases.protocol.CaseKind`
-(:func:`~specexact.audit.cases.protocol.kind_of`): decoder-level cases
+(:func:`~specexact.audit.cases.kinds.kind_of`): decoder-level cases
 (:mod:`~specexact.audit.cases.decoder_kind`, whose docstring lists their checks), verify-level
 (:mod:`~specexact.audit.cases.verify_case`), tree-level (:mod:`~specexact.audit.cases.tree_case`) and
 end-to-end cases (:mod:`~specexact.audit.cases.e2e`). :func:`checks_per_case`,

@@ -1,7 +1,7 @@
 """Run one audit case in a child process, so a hanging or crashing sampler becomes a finding.
 
 ``specexact audit --isolate`` runs every case through :func:`run_case_isolated`: a fresh
-Python process (``python -m specexact.audit.isolation SPEC RESULT``) resolves the sampler
+Python process (``python -m specexact.audit.run.isolation SPEC RESULT``) resolves the sampler
 by its name (as the parent did), runs :func:`~specexact.audit.cases.dispatch.run_case` with the
 same seed, sample size and per-check false-fail rate, and writes the case's result as
 JSON. The parent waits at most ``timeout_s`` seconds and then kills the child's whole

@@ -118,7 +118,7 @@ def run_audit(verifier, settings: AuditSettings | None = None, *,
         Invalid settings, or no case can drive this sampler.
     TypeError
         An unknown settings field.
-    specexact.audit.journal.JournalBusy
+    specexact.audit.run.journal.JournalBusy
         With ``journal_dir``: another process is running the same audit.
     OSError
         With ``journal_dir``: the journal cannot be written there.

@@ -71,7 +71,7 @@ def minimise(verifier: Callable, finding: Mapping, *, seed: int = 0, false_fail_
     seed : int
         The audit seed (report ``settings.seed``).
     cases : sequence of AuditCase, optional
-        Where the case is looked up (default: :func:`~specexact.audit.cases.decoder_case.all_cases`:
+        Where the case is looked up (default: :func:`~specexact.audit.cases.catalog.all_cases`:
         the default and the opt-in cases).
 
     Returns
