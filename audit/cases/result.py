@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import time
 import traceback
 import zlib
 from dataclasses import dataclass, field
@@ -41,6 +42,15 @@ class CaseResult:
     what a fresh process must still do
     (:class:`~specexact.audit.cases.e2e.engine_call.FreshProcessWork`; the run room starts
     it), else None. Not part of :meth:`to_dict`."""
+
+    def timed(self, phase: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its seconds added to :attr:`phase_times_s` [``phase``]
+        (also when it raises)."""
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.phase_times_s[phase] = self.phase_times_s.get(phase, 0.0) + time.perf_counter() - t
 
     @property
     def passed(self) -> bool:

@@ -19,7 +19,7 @@ import torch
 
 from specexact.audit.cases.decoder_case import AuditCase
 from specexact.audit.cases.kinds import kind_of
-from specexact.audit.sampler.call_timeout import carry_threads, untimed
+from specexact.audit.sampler.call_timeout import start_worker, untimed
 from specexact.decoders import verify
 
 __all__ = [
@@ -100,21 +100,8 @@ class _Pilot:
     def _probe(self, fn, cutoff_s: float | None) -> None:
         """``fn()`` in a worker thread, waited for at most ``cutoff_s`` (module docstring)."""
         self._settle()
-        box: dict = {}
-        grad = torch.is_grad_enabled()
-        threads = torch.get_num_threads()
-
-        def target():
-            try:
-                carry_threads(threads)
-                with torch.set_grad_enabled(grad):
-                    fn()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the pilot's thread
-                box["error"] = exc
-
-        worker = threading.Thread(target=target, name=f"specexact-probe:{len(self.stragglers)}", daemon=True)
         started = time.perf_counter()
-        worker.start()
+        worker, box = start_worker(fn, f"specexact-probe:{len(self.stragglers)}")
         worker.join(cutoff_s)
         if worker.is_alive():
             self.abandoned = (worker, started)

@@ -39,7 +39,7 @@ import torch
 from specexact.decoders.engines.protocol import is_engine
 from specexact.fuzz.subject import CallTimeout
 
-__all__ = ["SamplerCallTimeout", "TimedEngine", "with_call_timeout", "untimed", "calls_left_running", "carry_threads",
+__all__ = ["SamplerCallTimeout", "TimedEngine", "with_call_timeout", "untimed", "start_worker", "carry_threads",
            "DEFAULT_CALL_TIMEOUT_S", "CALL_THREAD_PREFIX"]
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
@@ -48,7 +48,8 @@ set: a call of the audit's small cases takes well under a second."""
 
 
 CALL_THREAD_PREFIX = "specexact-call:"
-"""The name of every worker thread a limited call runs in starts so (:func:`calls_left_running`)."""
+"""The name of every worker thread a limited call runs in starts so (``specexact.cli.console_main``
+looks for one still running at exit)."""
 
 
 class SamplerCallTimeout(CallTimeout, TimeoutError):
@@ -68,20 +69,7 @@ class _Limit:
         if self.hung is not None:
             raise SamplerCallTimeout(f"{self.name}.{what} not called: an earlier call ({self.hung}) gave no result "
                                      f"within {self.seconds:g} s and is still running")
-        box: dict = {}
-        grad = torch.is_grad_enabled()
-        threads = torch.get_num_threads()
-
-        def target():
-            try:
-                carry_threads(threads)
-                with torch.set_grad_enabled(grad):
-                    box["value"] = fn(*args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                box["error"] = exc
-
-        worker = threading.Thread(target=target, name=f"{CALL_THREAD_PREFIX}{self.name}.{what}", daemon=True)
-        worker.start()
+        worker, box = start_worker(lambda: fn(*args, **kwargs), f"{CALL_THREAD_PREFIX}{self.name}.{what}")
         worker.join(self.seconds)
         if worker.is_alive():
             self.hung = what
@@ -90,6 +78,28 @@ class _Limit:
         if "error" in box:
             raise box["error"]
         return box["value"]
+
+
+def start_worker(fn, name: str) -> tuple[threading.Thread, dict]:
+    """Start ``fn()`` in a daemon thread ``name`` with the caller's grad mode and torch thread
+    count (:func:`carry_threads`); returns the thread and the box that receives its
+    ``"value"`` or its ``"error"`` (the caller joins, with its own limit, and re-raises).
+    Shared by the limited calls here and the pilot's probes (:mod:`specexact.audit.run.pilot`)."""
+    box: dict = {}
+    grad = torch.is_grad_enabled()
+    threads = torch.get_num_threads()
+
+    def target():
+        try:
+            carry_threads(threads)
+            with torch.set_grad_enabled(grad):
+                box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=name, daemon=True)
+    worker.start()
+    return worker, box
 
 
 def carry_threads(threads: int) -> None:
@@ -215,13 +225,3 @@ def untimed(sampler) -> tuple[object, float | None]:
     if isinstance(sampler, _Timed):
         return sampler._sampler, sampler._limit.seconds
     return sampler, None
-
-
-def calls_left_running() -> list[str]:
-    """The names of the limited calls whose worker threads are still running (each a call
-    past its limit, left in its daemon thread). A process that ends with one running must
-    end through ``os._exit`` once its output is flushed: the interpreter's shutdown would
-    abort in the C++ runtime while the thread is inside torch (``terminate called without
-    an active exception``, exit status 134); see :func:`specexact.cli.console_main`."""
-    return [t.name[len(CALL_THREAD_PREFIX):] for t in threading.enumerate()
-            if t.name.startswith(CALL_THREAD_PREFIX) and t.is_alive()]

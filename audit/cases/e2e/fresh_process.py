@@ -68,13 +68,7 @@ def run_e2e_fresh(case: E2ECase, engine, work: FreshProcessWork, *, false_fail_r
                      "note": None}
     result = CaseResult(case=case, seed=case_seed(seed, case))
     phases = result.phase_times_s
-
-    def timed(phase: str, fn, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t
+    timed = result.timed
 
     def record(searched=(), crashing=(), checked=(), note=None) -> dict:
         return {"whole_case": False, "searched": _ids(case, searched), "crashing": _ids(case, crashing),

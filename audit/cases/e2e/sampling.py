@@ -24,10 +24,10 @@ from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
-    search_crashing_classes,
     ensure_loaded,
     generate_call,
     is_crash,
+    search_crashing_classes,
     stale_exception,
     stale_reason,
 )
@@ -66,13 +66,7 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
     spec, plain, first_round = [], [], []
     b = 0
     phases = result.phase_times_s
-
-    def timed(phase: str, fn, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t
+    timed = result.timed
 
     try:
         earlier = stale_reason(engine)

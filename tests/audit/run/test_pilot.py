@@ -16,11 +16,7 @@ from specexact.decoders import verify
 CASES = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
 
 
-@pytest.fixture(autouse=True)
-def restore_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("restore_threads")
 
 
 def stalls_when_threaded(ids, draft_probs, target_probs, generator=None):
