@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .labels import SequenceLabels
+
 #: Relative tolerance on ``sum(reference_probs) == 1``; drift below it is renormalised.
 PROBS_SUM_RTOL = 1e-9
 
@@ -138,14 +140,17 @@ def check_probs(values: object, name: str = "reference_probs") -> tuple[np.ndarr
     return array, renormalised
 
 
-def check_labels(labels: object, size: int, name: str = "labels") -> list[str]:
-    """Return ``size`` outcome labels as strings (default: the outcome indices)."""
+def check_labels(labels: object, size: int, name: str = "labels") -> Sequence[str]:
+    """Return ``size`` outcome labels as strings (default: the outcome indices); a
+    :class:`~specexact.exactness.labels.SequenceLabels` is returned as it is (formatted when read)."""
     if labels is None:
         return [str(i) for i in range(size)]
     if isinstance(labels, (str, bytes)) or not isinstance(labels, (Sequence, np.ndarray)):
         raise TypeError(f"{name} must be a sequence of strings or None, got {_short(labels)}")
     if len(labels) != size:
         raise ValueError(f"{name} must have {size} entries (one per outcome), got {len(labels)}")
+    if isinstance(labels, SequenceLabels):  # strings by construction, formatted when read
+        return labels
     return [str(label) for label in labels]
 
 

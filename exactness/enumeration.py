@@ -14,6 +14,7 @@ import torch
 
 from specexact.decoders import SamplingParams, batch_params, process_logits
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
+from specexact.exactness.labels import SequenceLabels
 
 __all__ = [
     "SequenceLaw",
@@ -52,9 +53,10 @@ class SequenceLaw:
         """``sum_s P(s)^2``: chance that two independent draws are equal."""
         return float(np.sum(self.probs**2))
 
-    def labels(self) -> list[str]:
-        """Readable outcome labels, e.g. ``"3 1 7"``."""
-        return [" ".join(str(int(t)) for t in row if t >= 0) for row in self.sequences]
+    def labels(self) -> SequenceLabels:
+        """Readable outcome labels, e.g. ``"3 1 7"``, formatted when read
+        (:class:`~specexact.exactness.labels.SequenceLabels`)."""
+        return SequenceLabels(self.sequences)
 
 
 def encode_sequences(tokens: np.ndarray | torch.Tensor, vocab_size: int) -> np.ndarray:

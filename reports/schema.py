@@ -380,7 +380,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "execution": {"$ref": "#/$defs/execution"},
                 "phase_times_s": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
                                   "description": "since 1.7, end-to-end cases: seconds spent loading the "
-                                                 "engine, in speculative and plain generate calls, in the "
+                                                 "engine, computing the exact laws (laws, before the first "
+                                                 "call), in speculative and plain generate calls, in the "
                                                  "crash search, in the checks, and in starting fresh processes "
                                                  "after a crash (fresh_process_start)"},
             },

@@ -110,11 +110,25 @@ def sampler_failure(exc: BaseException, where: str, alpha: float, note: str = ""
 
 
 def enough_calls(calls: int, num_batches: int | None, time_budget_s: float | None, elapsed_s: float,
-                 min_calls: int = 2) -> bool:
+                 min_calls: int = 2, *, call_s: float = 0.0, tail_s: float = 0.0) -> bool:
     """Whether a case runner stops after ``calls`` decoder (or verifier) calls: at
     ``num_batches`` rounded up to even (the independence checks pair successive calls),
-    or, with a time budget, once ``elapsed_s`` reaches it at an even count of at least
-    ``min_calls`` (at least 2: a floor the plan reserved, run however long it takes)."""
+    or, with a time budget, at an even count of at least ``min_calls`` (at least 2: a floor
+    the plan reserved, run however long it takes) once the next two calls and what the case
+    still does after its calls would not end within the budget:
+    ``elapsed_s + 2 * call_s + tail_s >= time_budget_s``.
+
+    Parameters
+    ----------
+    call_s : float
+        The runner's prediction of one more call's seconds (e.g. the slower of the last
+        call and the mean so far); 0 stops only once the budget is spent.
+    tail_s : float
+        Seconds the case still spends after its last call (an end-to-end case's
+        reproducibility calls and checks); counted inside the budget.
+    """
     if num_batches is not None:
         return calls >= num_batches + (num_batches % 2)
-    return elapsed_s >= time_budget_s and calls >= max(2, min_calls) and calls % 2 == 0
+    if calls < max(2, min_calls) or calls % 2:
+        return False
+    return elapsed_s + 2 * max(call_s, 0.0) + max(tail_s, 0.0) >= time_budget_s

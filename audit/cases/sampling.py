@@ -91,6 +91,7 @@ def sample_calls(run: RunSettings, result: CaseResult, start: float, call: Calla
     audit's own failure, propagates.
     """
     b = 0
+    t_first = time.perf_counter()  # the calls' mean time leaves out the runner's set-up before them
     while True:
         try:
             out = call()
@@ -108,5 +109,8 @@ def sample_calls(run: RunSettings, result: CaseResult, start: float, call: Calla
         result.num_sequences = b * rows
         if run.progress is not None:
             run.progress(result.num_sequences, b)
-        if enough_calls(b, run.num_batches, run.time_budget_s, time.perf_counter() - start, run.min_batches):
+        now = time.perf_counter()
+        # stop before two more calls (at their mean time so far) would pass the case's time
+        if enough_calls(b, run.num_batches, run.time_budget_s, now - start, run.min_batches,
+                        call_s=(now - t_first) / b):
             return

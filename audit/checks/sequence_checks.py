@@ -13,12 +13,20 @@ import torch
 
 from specexact.exactness.enumeration import SequenceLaw, count_sequences, encode_sequences
 from specexact.exactness.goodness_of_fit import chisquare_gof
+from specexact.exactness.labels import SequenceLabels
 from specexact.exactness.results import CheckResult
 
 __all__ = ["sequence_counts", "sequence_law_check"]
 
 
-def sequence_counts(law: SequenceLaw, flat: torch.Tensor) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+def _padded(rows: np.ndarray, width: int) -> np.ndarray:
+    """``rows`` ``[M, L]`` right-padded with ``-1`` to at least ``width`` columns."""
+    if rows.shape[1] >= width:
+        return rows
+    return np.pad(rows, ((0, 0), (0, width - rows.shape[1])), constant_values=-1)
+
+
+def sequence_counts(law: SequenceLaw, flat: torch.Tensor) -> tuple[np.ndarray, np.ndarray, SequenceLabels, np.ndarray]:
     """``(counts, probs, labels, codes)`` of sampled sequences ``flat`` (``[N, L]`` int64,
     ``-1``-padded) over the outcomes of ``law``, with every observed outcome of zero reference
     probability appended (count, probability 0, its tokens as label); ``codes [N]`` are the
@@ -32,7 +40,8 @@ def sequence_counts(law: SequenceLaw, flat: torch.Tensor) -> tuple[np.ndarray, n
         rows = flat[off[first]].tolist()
         counts = np.concatenate([counts, off_counts])
         probs = np.concatenate([probs, np.zeros(len(rows))])
-        labels = labels + [" ".join(str(t) for t in row if t >= 0) for row in rows]
+        labels = SequenceLabels(np.concatenate([_padded(law.sequences, flat.shape[1]),
+                                                _padded(np.asarray(rows, dtype=np.int64), law.sequences.shape[1])]))
     return counts, probs, labels, codes
 
 

@@ -249,7 +249,9 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     The candidates' calls are probes, bounded (:class:`_Pilot`): each is cut off once it has
     taken :data:`THREAD_ABANDON` times one thread's time on the same case, or the time left
     of ``probe_budget_s``; the candidate is then abandoned, and the probe is never a finding.
-    With no time left of ``probe_budget_s`` no further candidate is tried.
+    A probe starts only if its cut-off fits in what is left of ``probe_budget_s`` (one cut
+    off by that time instead would be waited for all the same, and tell nothing); a
+    candidate whose first probe does not fit is not tried.
 
     Parameters
     ----------
@@ -304,21 +306,27 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     def left() -> float | None:
         return None if probes_end is None else probes_end - time.perf_counter()
 
+    def fits(cutoff: float) -> bool:
+        # A probe starts only if it can run to its cut-off within the probes' time: one cut
+        # off by that time rather than by its slowness would be waited for all the same
+        # (_Pilot._settle), up to the per-call limit, and tell nothing.
+        return left() is None or cutoff <= left()
+
     for k in cands[1:]:
-        if left() is not None and left() <= 0:
+        warm_cutoff = THREAD_ABANDON * max(base_warm, base_sorted[0] if n else 0.0)
+        if not fits(warm_cutoff + THREAD_ABANDON * (base_sorted[0] if n else 0.0)):
             break
         torch.set_num_threads(k)
         costs_k: list[float] = []
-        warm_cutoff = THREAD_ABANDON * max(base_warm, base_sorted[0] if n else 0.0)
         try:
-            pilot.warm_up(warm_cutoff if left() is None else min(warm_cutoff, max(left(), 0.0)))
+            pilot.warm_up(warm_cutoff)
         except ProbeCutOff:  # its set-up alone is slower than the factor allows: abandoned
             measured[k] = [THREAD_ABANDON * base_sorted[0]] if n else []
             continue
         for j, i in enumerate(order):
             cutoff = THREAD_ABANDON * base_sorted[j]
-            if left() is not None:
-                cutoff = min(cutoff, max(left(), 0.0))
+            if j and not fits(cutoff):
+                break
             t0 = time.perf_counter()
             try:
                 costs_k.append(pilot.time(i, cutoff))

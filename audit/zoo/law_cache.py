@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass
 
 import torch
 
 from specexact.audit.cases import decoder_kind as _decoder_kind
-from specexact.exactness.enumeration import SequenceLaw as _SequenceLaw
 
 __all__ = ["cached_exact_laws"]
 
@@ -51,11 +49,7 @@ def cached_exact_laws():
         key = ("sequence", _model_key(model), tuple(prompt_ids.tolist()), _params_key(params),
                tuple(sorted(kwargs.items())))
         if key not in laws:
-            law = original_sequence_law(model, prompt_ids, params, **kwargs)
-            labels = law.labels()
-            law = _LabelledLaw(law.sequences, law.probs, law.codes, law.vocab_size)
-            object.__setattr__(law, "_labels", labels)
-            laws[key] = law
+            laws[key] = original_sequence_law(model, prompt_ids, params, **kwargs)
         return laws[key]
 
     def acceptance_law(target, draft, prompt_ids, target_params, draft_params, **kwargs):
@@ -74,10 +68,3 @@ def cached_exact_laws():
         _decoder_kind.sequence_law = original_sequence_law
         _decoder_kind.acceptance_law = original_acceptance_law
 
-
-@dataclass(frozen=True)
-class _LabelledLaw(_SequenceLaw):
-    """A :class:`SequenceLaw` whose labels were computed once."""
-
-    def labels(self) -> list[str]:  # noqa: D102 - same contract as SequenceLaw.labels
-        return list(self._labels)  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ import torch
 
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
+from specexact.audit.cases.e2e.laws import class_laws
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
     ensure_loaded,
@@ -89,11 +90,17 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 result.fresh_process = FreshProcessWork(call=shift, speculative=True, ok=tuple(range(C)),
                                                         reason=result.defect.splitlines()[0], whole_case=True)
             return result
+        # the exact laws first (cached per process): the checks after the calls are then short
+        # and their time is known before the calls stop (tail_s below)
+        timed("laws", lambda: [class_laws(case, c, caps) for c in range(C)])
         where = "speculative generate call 0"
+        checks_s = 0.0  # the checks' predicted seconds: one class's checks timed on the first call's outputs
         try:
+            t_calls = time.perf_counter()
             while True:
                 call = shift + b
                 where = f"speculative generate call {b}"
+                t_pair = time.perf_counter()
                 _, res = timed("speculative_calls", generate_call, engine, case, call, speculative=True)
                 spec.append(_padded(res, case.length))
                 first_round.append([r.first_round_accepted for r in res])
@@ -105,7 +112,16 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 result.num_sequences = b * case.batch_size
                 if progress is not None:
                     progress(result.num_sequences, b)
-                if enough_calls(b, num_batches, time_budget_s, time.perf_counter() - start, min_batches):
+                now = time.perf_counter()
+                if b == 1 and time_budget_s is not None:
+                    checks_s = timed("checks", _checks_seconds, case, caps, spec[0], plain[0], first_round[0],
+                                     false_fail_rate, min_expected)
+                    now = time.perf_counter()
+                # stop before the next two calls, the reproducibility calls (one more pair) and
+                # the checks would pass the case's time (a pair at the slower of its last and mean time)
+                pair_s = max(now - t_pair, (now - t_calls) / b)
+                if enough_calls(b, num_batches, time_budget_s, now - start, min_batches, call_s=pair_s,
+                                tail_s=pair_s + checks_s):
                     break
             where = "the reproducibility calls"
             again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True)[1],
@@ -144,6 +160,17 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
         return result
     finally:
         result.wall_time_s = time.perf_counter() - start
+
+
+def _checks_seconds(case: E2ECase, caps, spec: torch.Tensor, plain: torch.Tensor, first_round: list, alpha: float,
+                    min_expected: float) -> float:
+    """The case's checks' predicted seconds: class 0's checks timed on one call's outputs
+    (``[B, L]`` each; their results are not kept), times the number of classes. The laws are
+    computed by then, so what is left is counting, nearly the same for one call as for many."""
+    C = len(case.row_classes)
+    t = time.perf_counter()
+    class_checks(case, 0, caps, spec[0::C], plain[0::C], [first_round[0::C]], alpha, min_expected)
+    return C * (time.perf_counter() - t)
 
 
 def _without_crashing_classes(case: E2ECase, engine, call: int, alpha: float, timed, *, speculative: bool,

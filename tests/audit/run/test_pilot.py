@@ -53,6 +53,23 @@ def test_the_candidates_probes_stop_when_their_share_of_the_budget_is_spent():
     assert set(calls) == {1} and choice.threads == 1 and set(choice.seconds) == {"1"}
 
 
+def test_a_candidate_that_cannot_reach_its_cut_off_within_the_probes_time_is_not_started():
+    """A probe cut off by the probes' time rather than by its slowness would still be waited
+    for (the engine's state belongs to it) and tell nothing: it is not started."""
+    calls = []
+
+    def slow(ids, draft_probs, target_probs, generator=None):
+        calls.append(torch.get_num_threads())
+        time.sleep(0.3)  # one thread's call: 0.3 s, so a candidate's probe may run to 0.6 s
+        return verify(ids, draft_probs, target_probs, generator)
+
+    _, choice = pilot_with_thread_choice(CASES[:1], verifier=slow, candidates=[1, 2], probe_budget_s=1.0)
+    assert set(calls) == {1} and set(choice.seconds) == {"1"} and choice.threads == 1
+    calls.clear()
+    _, choice = pilot_with_thread_choice(CASES[:1], verifier=slow, candidates=[1, 2], probe_budget_s=10.0)
+    assert 2 in calls and set(choice.seconds) == {"1", "2"}  # with the time for it, it is tried
+
+
 def _verify_inputs():
     g = torch.Generator().manual_seed(0)
     q = torch.softmax(torch.randn(2, 1, 4, generator=g), -1)

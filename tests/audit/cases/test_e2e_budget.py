@@ -1,0 +1,51 @@
+"""An end-to-end case ends within its time: its calls stop before the next ones, the
+reproducibility calls and the checks would pass it (audit/cases/e2e/sampling.py)."""
+
+import time
+
+import pytest
+import torch
+
+from specexact.audit.cases.e2e.catalog import e2e_cases
+from specexact.audit.cases.e2e.engine_call import ensure_loaded
+from specexact.audit.cases.e2e.laws import class_laws
+from specexact.audit.cases.e2e.sampling import run_e2e_case
+from specexact.decoders.engines.builtin import BuiltinEngine
+
+DELAY_S = 0.6  # each generate call: mostly this sleep (16 requests at one thread besides), so the
+# calls' time hardly varies with the machine's load
+
+
+class Slow(BuiltinEngine):
+    """The built-in engine (correct), each generate call 0.6 s slower, as a large engine's is."""
+
+    name = "slow"
+
+    def generate(self, requests, *, speculative):
+        time.sleep(DELAY_S)
+        return super().generate(requests, speculative=speculative)
+
+
+@pytest.mark.statistical(checks=3 * 8 + 1 + 6)
+def test_a_budgeted_case_ends_within_its_time_reproducibility_calls_and_checks_included(alpha):
+    engine = Slow()
+    case = e2e_cases(engine, "draft_model", requests_per_class=2)[0]
+    ensure_loaded(engine, case)
+    for c in range(len(case.row_classes)):  # the laws (cached per process) as an earlier case left them
+        class_laws(case, c, engine.capabilities())
+    budget = 8.0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        result = run_e2e_case(case, engine, false_fail_rate=alpha, time_budget_s=budget)
+        took = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    assert result.defect is None and result.num_batches >= 2 and result.num_batches % 2 == 0
+    # within the case's time plus the 10 % an audit's budget allows: each call pair takes
+    # >= 1.2 s, so a case that stops only once its time is spent (then makes the
+    # reproducibility pair and runs its checks) ends at least 1.2 s late
+    assert took <= 1.1 * budget, (took, result.num_batches, result.phase_times_s)
+    assert result.phase_times_s["laws"] < 0.5 * DELAY_S  # cached: the checks' remaining cost was predicted
+
