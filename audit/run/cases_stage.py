@@ -26,7 +26,7 @@ from specexact.audit.core.json_io import to_jsonable
 from specexact.audit.run.fresh_processes import in_fresh_processes
 from specexact.audit.run.isolation import case_result_from_dict, run_case_isolated
 from specexact.audit.run.journal import Journal, journal_path
-from specexact.audit.run.pilot import PROBE_SHARE, ThreadChoice, pilot_costs, pilot_with_thread_choice
+from specexact.audit.run.pilot import PILOT_SHARE, PROBE_SHARE, ThreadChoice, pilot_costs, pilot_with_thread_choice
 from specexact.audit.run.plan import (
     FLOOR_SHARE,
     AuditPlan,
@@ -117,6 +117,12 @@ class AuditRun:
         budget = settings.budget_s
         cost_of = self.cost_of
         overhead = self.overhead()
+        # cases the pilot did not time (its share of the budget was spent): left out
+        untimed = [{"case": c.name, "seconds_per_call": None,
+                    "reason": (f"budget: not timed — the pilot spent its share of the budget "
+                               f"({PILOT_SHARE:.0%}, {PILOT_SHARE * budget:.0f} s) on the cases before it")}
+                   for c in remaining if cost_of.get(c.name) is None]
+        remaining = [c for c in remaining if cost_of.get(c.name) is not None]
         all_rc = [cost_of[c.name] * self.speed() for c in remaining]
         # The cheapest case runs anyway only if no case of this audit has run yet.
         time_left = budget - self.elapsed()
@@ -133,7 +139,7 @@ class AuditRun:
                     "reason": (f"budget: its minimum of {MIN_BATCHES} decoder calls (≈{MIN_BATCHES * cost:.0f} s at the "
                                f"measured speed) did not fit the {max(time_left, 0):.0f} s left with the "
                                "cheaper cases first")}
-                   for c, cost, k in zip(remaining, all_rc, keep) if not k]
+                   for c, cost, k in zip(remaining, all_rc, keep) if not k] + untimed
         remaining = [c for c, k in zip(remaining, keep) if k]
         rc = [cost for cost, k in zip(all_rc, keep) if k]
         left = time_left - overhead * len(remaining)
@@ -185,11 +191,14 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
                     "choose_threads": settings.threads is None and resolved.device.type == "cpu"})
             tp = time.perf_counter()
             timed = None if settings.isolate else verifier
+            # --quick times every case (a smoke test leaves none out: AuditRun.plan)
+            pilot_time_s = None if settings.case_set == "quick" else PILOT_SHARE * settings.budget_s
             if settings.threads is None:
                 costs, choice = pilot_with_thread_choice(resolved.run_cases, resolved.device, verifier=timed,
-                                                         probe_budget_s=PROBE_SHARE * settings.budget_s)
+                                                         probe_budget_s=PROBE_SHARE * settings.budget_s,
+                                                         time_s=pilot_time_s)
             else:
-                costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed)
+                costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed, time_s=pilot_time_s)
             pilot_s = time.perf_counter() - tp
         return {"started_at": started_at, "costs": costs, "pilot_s": pilot_s, "threads": choice.to_dict(),
                 "cases": [c.name for c in resolved.run_cases], "sampler": settings.sampler_name}

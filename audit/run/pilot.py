@@ -30,6 +30,7 @@ __all__ = [
     "THREAD_ADVANTAGE",
     "THREAD_ABANDON",
     "PROBE_SHARE",
+    "PILOT_SHARE",
     "ProbeCutOff",
 ]
 
@@ -62,6 +63,7 @@ class _Pilot:
         self.chosen, self.limit_s = untimed(chosen)
         self.abandoned: tuple[threading.Thread, float] | None = None
         self.stragglers: list[str] = []
+        self.started = time.perf_counter()
         self.prepared = [self._prepare_within_limit(case) for case in self.cases]
 
     def _prepare(self, case):
@@ -134,6 +136,18 @@ class _Pilot:
         except ProbeCutOff:
             return float(self.limit_s)
 
+    def base_costs(self, time_s: float | None = None) -> list[float | None]:
+        """:meth:`base_cost` of every case in order, until the pilot has run ``time_s``
+        (its preparation and warm-up included; the first case is always timed): the cases
+        not timed then are ``None``."""
+        costs: list[float | None] = []
+        for i in range(len(self.cases)):
+            if i and time_s is not None and time.perf_counter() - self.started >= time_s:
+                costs.append(None)
+            else:
+                costs.append(self.base_cost(i))
+        return costs
+
     def finish(self) -> None:
         """Let an abandoned probe end before the audit's own calls begin (:meth:`_settle`)."""
         self._settle()
@@ -161,7 +175,8 @@ class _Pilot:
         return max(time.perf_counter() - t0, crashed_s, 1e-4)
 
 
-def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None) -> list[float]:
+def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
+                time_s: float | None = None) -> list[float | None]:
     """Seconds of one decoder call of every case (naive sampling included for two-sample
     cases), at the current number of torch threads. The samples are discarded.
 
@@ -171,11 +186,14 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     the built-in verifier instead (the audit records the crash when the case runs), and
     charged the longer of that call and the time the crashed call ran.
     A verify-level case is timed for one verifier call (its laws are computed untimed).
+    Once the pilot has run ``time_s`` (a budgeted audit gives :data:`PILOT_SHARE` of its
+    budget), the cases not yet timed are not timed: their cost is ``None`` (the plan
+    leaves them out, saying why). The first case is always timed.
     """
     pilot = _Pilot(cases, device, verifier)
     with contextlib.suppress(ProbeCutOff):  # a warm-up past the limit: the timed calls say the rest
         pilot.warm_up()
-    costs = [pilot.base_cost(i) for i in range(len(pilot.cases))]
+    costs = pilot.base_costs(time_s)
     pilot.finish()
     return costs
 
@@ -189,6 +207,10 @@ THREAD_ABANDON = 2.0
 #: The share of the audit's budget the thread candidates' probes may take beside the pilot
 #: at the first count (:func:`pilot_with_thread_choice`).
 PROBE_SHARE = 0.1
+#: The share of the audit's budget the pilot's timed calls at the first count may take:
+#: past it, the cases not yet timed are left out (on a busy machine one call of an
+#: engine's case took 15 s, and timing every case spent half of a 60 s budget).
+PILOT_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -232,8 +254,8 @@ def thread_candidates(default: int) -> list[int]:
 
 
 def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
-                             candidates: Sequence[int] | None = None,
-                             probe_budget_s: float | None = None) -> tuple[list[float], ThreadChoice]:
+                             candidates: Sequence[int] | None = None, probe_budget_s: float | None = None,
+                             time_s: float | None = None) -> tuple[list[float | None], ThreadChoice]:
     """Choose the number of torch threads by timing, and return the pilot costs at it.
 
     One decoder call of every case is timed with one thread (the pilot); then each other
@@ -268,6 +290,9 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
         Seconds the candidates' probes may take in all (their warm-up calls and the waits
         for an abandoned probe included); default no limit. A budgeted audit gives
         :data:`PROBE_SHARE` of its budget.
+    time_s : float, optional
+        Seconds the timing at one thread may take (:func:`pilot_costs`): the cases not
+        timed by then have cost ``None`` and the candidates are timed on the others.
 
     Returns
     -------
@@ -282,22 +307,22 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     dev = torch.device(device)
     default = torch.get_num_threads()
     if dev.type != "cpu":
-        return pilot_costs(cases, dev, verifier), ThreadChoice(default, "default")
+        return pilot_costs(cases, dev, verifier, time_s), ThreadChoice(default, "default")
     cands = sorted(set(thread_candidates(default) if candidates is None else (int(c) for c in candidates)))
     if not cands or cands[0] < 1:
         raise ValueError(f"thread candidates must be >= 1, got {candidates!r}")
     pilot = _Pilot(cases, dev, verifier)
-    n = len(pilot.cases)
     base = cands[0]
     torch.set_num_threads(base)
     try:
         base_warm = pilot.warm_up() or 0.0
     except ProbeCutOff:  # past the per-call limit: the timed calls say the rest
         base_warm = float(pilot.limit_s)
-    base_costs = [pilot.base_cost(i) for i in range(n)]
+    base_costs = pilot.base_costs(time_s)
     # Cheapest case first: a candidate that is much slower is abandoned after as little
     # time as possible (its first call can take tens of times one thread's on a busy machine).
-    order = sorted(range(n), key=lambda i: base_costs[i])
+    order = sorted((i for i, c in enumerate(base_costs) if c is not None), key=lambda i: base_costs[i])
+    n = len(order)
     base_sorted = [base_costs[i] for i in order]
     measured = {base: base_sorted}
     best, best_ratio = base, 1.0
@@ -343,11 +368,11 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     pilot.finish()
     torch.set_num_threads(best)
     if len(measured[best]) == n:
-        costs = [0.0] * n
+        costs: list[float | None] = [None] * len(base_costs)
         for j, i in enumerate(order):
             costs[i] = measured[best][j]
     else:
-        costs = [c * best_ratio for c in base_costs]
+        costs = [None if c is None else c * best_ratio for c in base_costs]
     # seconds of every candidate over the cases all of them covered, so they compare
     covered = min(len(v) for v in measured.values())
     seconds = {str(k): round(sum(v[:covered]), 6) for k, v in measured.items()}

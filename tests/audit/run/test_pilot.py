@@ -128,3 +128,34 @@ def test_a_limited_call_runs_at_the_callers_thread_count_whatever_a_straggler_wr
     th.join()
     with_call_timeout(records_threads, 5.0)(*_verify_inputs())
     assert seen == [1] and torch.get_num_threads() == 1
+
+
+def test_the_pilot_stops_timing_cases_once_its_share_is_spent_and_says_so():
+    """On a busy machine one call of an engine's case took 15 s: timing every case spent half
+    of a 60 s budget before any sampling. Past its share the pilot times no further case."""
+    from specexact.audit.run.pilot import pilot_costs
+
+    def slow(ids, draft_probs, target_probs, generator=None):
+        time.sleep(0.3)
+        return verify(ids, draft_probs, target_probs, generator)
+
+    costs = pilot_costs(CASES, verifier=slow, time_s=0.1)
+    assert costs[0] is not None and costs[1:] == [None] * (len(CASES) - 1)
+    costs, choice = pilot_with_thread_choice(CASES, verifier=slow, candidates=[1], time_s=0.1)
+    assert costs[0] is not None and costs[1:] == [None] * (len(CASES) - 1) and choice.cases_timed == 1
+    assert all(c is not None for c in pilot_costs(CASES, verifier=slow))  # no share: every case
+
+
+@pytest.mark.statistical(checks=16)
+def test_a_case_the_pilot_did_not_time_is_left_out_with_the_reason(alpha):
+    from specexact.audit import run_audit
+
+    def slow(ids, draft_probs, target_probs, generator=None):
+        time.sleep(0.3)
+        return verify(ids, draft_probs, target_probs, generator)
+
+    # a 2 s budget: the pilot's share (0.5 s) is spent on the first case
+    report = run_audit(slow, cases=CASES, budget_s=2.0, false_fail_rate=alpha * 16, threads=1)
+    (left_out,) = [s for s in report["settings"]["skipped_cases"] if s["case"] == CASES[1].name]
+    assert left_out["kind"] == "budget" and "not timed" in left_out["reason"] and "pilot" in left_out["reason"]
+    assert [c["name"] for c in report["cases"]] == [CASES[0].name]
