@@ -22,7 +22,7 @@ from typing import Sequence
 
 from specexact.audit.cases.e2e.case import E2ECase, model_dirs
 from specexact.audit.cases.e2e.laws import case_models
-from specexact.audit.sampler.call_timeout import SamplerCallTimeout
+from specexact.audit.sampler.call_timeout import SamplerCallTimeout, untimed
 from specexact.decoders import VerifierProtocolError
 from specexact.decoders.engines.protocol import check_generation_results
 
@@ -32,9 +32,19 @@ __all__ = ["mark_stale", "stale_reason", "stale_exception", "ensure_loaded", "en
 _LOADED: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
 
 
+def _state_of(engine):
+    """The object an engine's load state is kept under: the engine itself, not the audit's
+    per-call limit around it (:func:`~specexact.audit.sampler.call_timeout.untimed`), so
+    that a crash in the pilot's probes, which call the engine itself, is known to the
+    case's calls through the limit (vLLM's n-gram audit: the pilot's call crashed, the case
+    then could not load the engine and did not know why, 0 sequences)."""
+    return untimed(engine)[0]
+
+
 def mark_stale(engine, exc: BaseException) -> None:
     """Record that ``engine`` raised ``exc`` from a call: its state is unknown (an engine may
     hang on the next call after a crash), so :func:`ensure_loaded` closes and loads it again."""
+    engine = _state_of(engine)
     try:
         if engine in _LOADED:
             current = _LOADED[engine]
@@ -48,7 +58,7 @@ def mark_stale(engine, exc: BaseException) -> None:
 def stale_reason(engine) -> str | None:
     """What the engine raised before its next load (:func:`mark_stale`), or None."""
     try:
-        current = _LOADED.get(engine)
+        current = _LOADED.get(_state_of(engine))
     except TypeError:
         return None
     return current[1] if current is not None and current[0] == "stale" else None
@@ -57,7 +67,7 @@ def stale_reason(engine) -> str | None:
 def stale_exception(engine) -> BaseException | None:
     """The exception behind :func:`stale_reason`, or None."""
     try:
-        current = _LOADED.get(engine)
+        current = _LOADED.get(_state_of(engine))
     except TypeError:
         return None
     return current[3] if current is not None and current[0] == "stale" else None
@@ -70,8 +80,9 @@ def ensure_loaded(engine, case: E2ECase) -> None:
     restarts itself instead)."""
     target_dir, draft_dir = model_dirs(case)
     key = (str(target_dir), str(draft_dir), case.method, case.num_draft_tokens)
+    state = _state_of(engine)  # loads go through ``engine`` (its limit), the state is the engine's own
     try:
-        current = _LOADED.get(engine)
+        current = _LOADED.get(state)
     except TypeError:  # not weak-referenceable: load every time
         current = None
     if current == key:
@@ -79,14 +90,14 @@ def ensure_loaded(engine, case: E2ECase) -> None:
     reload = getattr(engine, "reload", None)
     if current is not None and current[0] == "stale" and current[2] == key and callable(reload):
         reload()  # an adapter's own restart after a raise (it may keep what did not raise)
-        _LOADED[engine] = key
+        _LOADED[state] = key
         return
     if current is not None:
         engine.close()
     engine.load(target_dir, None if case.method in ("ngram", "prompt_lookup") else draft_dir, method=case.method,
                 num_speculative_tokens=case.num_draft_tokens)
     try:
-        _LOADED[engine] = key
+        _LOADED[state] = key
     except TypeError:
         pass
 

@@ -95,3 +95,29 @@ def test_an_engine_that_cannot_start_again_goes_on_in_fresh_processes_with_the_c
     assert not any(c in TOP_K for p in fresh for c in p["checked"])
     md = path.with_suffix(".md").read_text()
     assert "Where a case ran" in md and f"laws of classes {', '.join(map(str, OTHERS))} checked" in md, md
+
+
+@pytest.mark.statistical(checks=CHECKS)
+def test_a_crash_in_the_budgeted_pilot_still_leads_the_case_to_fresh_processes(tmp_path, monkeypatch, alpha):
+    """vLLM's n-gram audit: the pilot's probe (the engine itself) crashed, the case's load
+    (through --call-timeout's limit) then failed without knowing of the crash: 0 sequences."""
+    (tmp_path / "loads_once_pilot.py").write_text(textwrap.dedent(LOADS_ONCE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "loads_once_pilot", raising=False)
+    out = tmp_path / "reports"
+    code = main(["audit", "--engine", "loads_once_pilot:TopKCrashesTheProcess", "--method", "draft_model",
+                 "--budget", "60", "--requests-per-class", "8", "--threads", "1", "--call-timeout", "60",
+                 "--false-fail-rate", repr(alpha * CHECKS), "--no-html", "--no-journal", "--quiet",
+                 "--report-dir", str(out)])
+    sys.modules.pop("loads_once_pilot", None)
+    assert code == 1
+    (path,) = out.glob("audit-*.json")
+    report = json.loads(path.read_text())
+    (case,) = report["cases"]
+    assert case["num_sequences"] > 0 and case["num_sequences"] % (8 * len(OTHERS)) == 0, case["num_sequences"]
+    checks = {c["name"]: c for c in case["checks"]}
+    for c in OTHERS:  # the laws of the classes that do not crash, checked in a fresh process
+        assert checks[f"sequence_law[class {c}]"]["passed"] and checks[f"sequence_law[class {c}]"]["n"] > 0
+    assert any(p["process"] == "fresh" for p in case["execution"]["processes"])
+    (finding,) = report["findings"]
+    assert finding["tier"] == "defect" and "top-k is not supported" in finding["message"], finding
