@@ -47,15 +47,21 @@ def one_line_error(stderr: str) -> str:
     return lines[0]
 
 
-def test_report_dir_that_is_a_file_exits_2_before_sampling(tmp_path):
+def test_report_dir_that_is_a_file_exits_2_before_sampling(tmp_path, capsys):
     blocker = tmp_path / "reports"
     blocker.write_text("not a folder")
-    for extra in ([], ["--no-journal"]):
-        out = cli("audit", *ONE_CASE, "--report-dir", str(blocker), *extra)
-        assert out.returncode == 2
-        line = one_line_error(out.stderr)
+    # End to end in a fresh process once (the command as a user runs it); the --no-journal
+    # variant in this process (the same code path: main's status and its one stderr line;
+    # each fresh process costs ~3 s of CPU importing torch and the audit).
+    out = cli("audit", *ONE_CASE, "--report-dir", str(blocker))
+    runs = [(out.returncode, out.stderr)]
+    code = main(["audit", *ONE_CASE, "--report-dir", str(blocker), "--no-journal"])
+    runs.append((code, capsys.readouterr().err))
+    for code, stderr in runs:
+        assert code == 2
+        line = one_line_error(stderr)
         assert str(blocker) in line and "not a folder" in line
-        assert "sequences" not in out.stderr  # stopped before the audit ran
+        assert "sequences" not in stderr  # stopped before the audit ran
     assert blocker.read_text() == "not a folder"
 
 
@@ -160,33 +166,45 @@ def test_same_audit_running_twice_the_second_says_why_and_the_first_is_unharmed(
     assert [c["name"] for c in data["cases"]] == ["v8-plain", "v12-eos-cut"]
 
 
-_WRITE_SAME_STEM = """
-import json, sys, time
-from specexact.reports import write_reports
-report = json.loads(open(sys.argv[1]).read())
-report["sampler"]["name"] = sys.argv[3]
-time.sleep(max(0.0, float(sys.argv[4]) - time.time()))  # start together
-print(write_reports(report, sys.argv[2], "audit-builtin-20260101T000000Z", html=False, unique=True)["json"])
-"""
+def _write_same_stem(report: dict, out_dir: str, name: str, go, result: Path) -> None:
+    """A forked writer: waits for ``go`` (all writers start together), writes the report under
+    the shared stem, records the path it got."""
+    from specexact.reports import write_reports
+
+    report = {**report, "sampler": {**report["sampler"], "name": name}}
+    go.wait(timeout=120)
+    result.write_text(str(write_reports(report, out_dir, "audit-builtin-20260101T000000Z", html=False,
+                                        unique=True)["json"]))
 
 
 def test_concurrent_writers_never_share_a_report_name(tmp_path):
     """Audits finishing in the same second in one folder (the same stem): every report is
-    kept under its own name, none overwritten."""
+    kept under its own name, none overwritten.
+
+    Six writer processes forked from this one (its imports already done: a fresh interpreter
+    per writer cost ~3 s of CPU each importing torch), released together by one event."""
+    import multiprocessing
+
     from specexact.audit import quick_cases, run_audit
     from specexact.decoders import verify
+    from specexact.reports import write_reports
 
     # Not asserted to pass: only its files matter here.
     report = run_audit(verify, cases=[c for c in quick_cases() if c.name == "v8-plain"], num_batches=2, budget_s=None)
-    src = tmp_path / "src.json"
-    src.write_text(json.dumps(report))
-    start = time.time() + 3
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITE_SAME_STEM, str(src), str(tmp_path / "out"), f"w{i}",
-                               str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    report = json.loads(json.dumps(report))  # as the writers of separate audits would hold it
+    write_reports(report, tmp_path / "warm", "audit-warm", html=False, unique=True)  # lazy imports done before fork
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    results = [tmp_path / f"w{i}.path" for i in range(6)]
+    procs = [ctx.Process(target=_write_same_stem, args=(report, str(tmp_path / "out"), f"w{i}", go, results[i]))
              for i in range(6)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
-    paths = [Path(o.strip()) for o, _ in outs]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(timeout=120)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    paths = [Path(r.read_text().strip()) for r in results]
     assert len(set(paths)) == 6
     names = sorted(json.loads(p.read_text())["sampler"]["name"] for p in paths)
     assert names == [f"w{i}" for i in range(6)]
@@ -255,8 +273,9 @@ def verify(ids, draft_probs, target_probs, generator=None):
 @pytest.mark.statistical(checks=V8_CHECKS)
 def test_sampler_module_in_the_current_folder_is_found_by_the_console_script(tmp_path, alpha):
     (tmp_path / "mysampler_here.py").write_text(_MODULE)
-    out = cli("audit", *ONE_CASE, "--false-fail-rate", str(alpha * V8_CHECKS), "--sampler", "mysampler_here:verify",
-              "--report-dir", "r", cwd=tmp_path, script=True)
+    # --no-fuzz: the subject is finding the module, not the fuzz phase (its own tests: tests/cli/test_cli_fuzz.py)
+    out = cli("audit", *ONE_CASE, "--no-fuzz", "--false-fail-rate", str(alpha * V8_CHECKS), "--sampler",
+              "mysampler_here:verify", "--report-dir", "r", cwd=tmp_path, script=True)
     assert "cannot import" not in out.stderr
     assert out.returncode == 0, out.stderr
     assert json.loads(next((tmp_path / "r").glob("audit-*.json")).read_text())["sampler"]["name"] == \
@@ -297,7 +316,7 @@ def test_a_failure_of_the_audits_own_observer_is_not_the_samplers_crash(monkeypa
         raise ZeroDivisionError("planted in the observer")
 
     monkeypatch.setattr(decisions.DecisionObserver, "__call__", broken)
-    code = main(["audit", *ONE_CASE, "--report-dir", str(tmp_path / "r"), "--no-journal"])
+    code = main(["audit", *ONE_CASE, "--no-fuzz", "--report-dir", str(tmp_path / "r"), "--no-journal"])
     err = capsys.readouterr().err
     assert code == 2
     assert "internal error of specexact" in err and "per-event observer failed" in err
@@ -313,14 +332,29 @@ def test_a_failure_of_the_audits_own_observer_is_not_the_samplers_crash(monkeypa
     (["fuzz", "--sampler", "no_such_sampler_name"], "unknown sampler 'no_such_sampler_name'"),
     (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),
 ])
-def test_usage_errors_are_one_line_with_status_2(args, needle):
+def test_usage_errors_are_one_line_with_status_2(args, needle, capsys):
     """Every usage error is one ``specexact…: error:`` line on stderr (no usage block, no
-    wrapped lines), exit status 2, nothing sampled."""
-    proc = cli(*args, timeout=120)
+    wrapped lines), exit status 2, nothing sampled.
+
+    In this process (``main``: argparse's exit or the command's refusal); one of them, the
+    unknown option, end to end in a fresh process below."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse exits from inside main (the console script's status)
+        code = exc.code
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    line = one_line_error(stderr)
+    assert line.startswith("specexact") and needle in line, line
+
+
+def test_a_usage_error_end_to_end_is_one_line_with_status_2():
+    proc = cli("audit", "--bogus", timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     line = one_line_error(proc.stderr)
-    assert line.startswith("specexact") and needle in line, line
+    assert line.startswith("specexact") and "unrecognized arguments: --bogus" in line, line
 
 
 def test_fuzz_checks_where_its_result_goes_before_fuzzing(tmp_path):

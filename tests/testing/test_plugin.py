@@ -45,7 +45,10 @@ def test_this_suite_runs_with_the_plugin_beside_its_conftest(request):
 
 #: ``-k`` expressions selecting one test of each kind in the example (see the module docstring).
 ONE_OF_EACH_KIND = "plain or logits_adapter or power"
-ONE_OF_EACH_KIND_PLANTED = "eos or logits_adapter or power"
+#: With the planted line the logits-level test is unchanged (it audits the built-in adapter,
+#: the file's other marked line): it is the same run as in the correct sampler's test above, so
+#: the planted run leaves it out (the whole file, it included, runs nightly).
+ONE_OF_EACH_KIND_PLANTED = "eos or power"
 
 
 def run_example(pytester, planted: bool, *args: str):
@@ -78,11 +81,13 @@ def test_documented_example_passes_a_correct_sampler(pytester, alpha):
 
 @pytest.mark.statistical(checks=0)
 def test_each_kind_of_test_in_the_documented_example_fails_a_planted_sampler_with_the_finding(pytester):
-    # the logits-level test audits the built-in adapter (the planted line is the other one): it passes
+    # Each kind the planted line reaches: a quick case's test and the numbers test. The
+    # logits-level test audits the built-in adapter, not the planted line: it passes, as in
+    # test_each_kind_of_test_in_the_documented_example_passes_a_correct_sampler (ONE_OF_EACH_KIND_PLANTED).
     result = run_example(pytester, True, "-v", "-k", ONE_OF_EACH_KIND_PLANTED)
-    result.assert_outcomes(failed=2, passed=1, deselected=EXAMPLE_AUDITS - 3)
+    result.assert_outcomes(failed=2, deselected=EXAMPLE_AUDITS - 2)
     out = result.stdout.str()
-    assert "::test_verifier_power_at_this_sample_size FAILED" in out and "::test_logits_adapter_is_exact PASSED" in out
+    assert "::test_verifier_power_at_this_sample_size FAILED" in out and "test_logits_adapter_is_exact" not in out
     check_planted_failures(result)
 
 
