@@ -12,7 +12,7 @@ only the shards not yet finished. Once all are in, ``specexact merge``'s own com
 (:func:`specexact.cli_reports.merge_command`, :func:`specexact.reports.merge.merge_reports`)
 writes the one report and the journal is removed.
 
-Ray is an optional, heavy library (``pip install 'specexact[ray]'``): it is imported only
+Ray is an optional, heavy library (the ``ray`` extra: ``pip install -e '.[ray]'`` in a checkout): it is imported only
 here, inside :func:`ray_audit_command`.
 """
 
@@ -30,7 +30,7 @@ from specexact.cli_ray_shard import ShardFailed, ShardJournal, failure_line, run
 __all__ = ["ray_audit_command", "add_ray_options", "RAY_MISSING"]
 
 #: The line of ``--ray`` without Ray installed.
-RAY_MISSING = ("--ray needs the optional Ray library, which is not installed: pip install 'specexact[ray]' "
+RAY_MISSING = ("--ray needs the optional Ray library, which is not installed: install specexact with its ray extra "
                "(in a checkout: pip install -e '.[ray]'; its tests: tox -e ray)")
 
 
@@ -39,7 +39,7 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                         help="run the audit's --shards as Ray tasks on the cluster at ADDRESS (default: RAY_ADDRESS, "
                              "else the cluster last started on this machine, else a new one here) and merge them; "
-                             "needs pip install 'specexact[ray]'")
+                             "needs the ray extra: pip install -e '.[ray]'")
     parser.add_argument("--shards", type=int, default=None, metavar="N",
                         help="with --ray: the number of shards (Ray tasks), each 'specexact audit --shard I/N'")
     parser.add_argument("--ray-retries", type=int, default=2, metavar="K",
@@ -88,7 +88,7 @@ def _connect(ray, address: str):
 
     try:  # address None: RAY_ADDRESS, else the latest cluster on this machine, else a new local one
         return ray.init(address=address or None, logging_level=logging.ERROR, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - Ray's connection, authentication and start errors alike
         raise CliError(f"--ray {address or '(default)'}: cannot connect to a Ray cluster: "
                        f"{' '.join(str(exc).split())[:300]}") from exc
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("audit", nargs="*", help="the audit's arguments (after --)")
     args = p.parse_args(argv)
     audit = args.audit or DEFAULT_AUDIT
+    if "--batches" not in audit:
+        sys.exit("give --batches N among the audit's arguments: the runs must draw the same sequences")
     common = ["--no-html", "--quiet", "--no-journal"]
     work = Path(tempfile.mkdtemp(prefix="specexact-ray-scale-"))
     rows = []
@@ -116,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"audit": audit, "load_before": load_before, "rows": rows,
                                                "estimate": estimate}, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -11,6 +11,7 @@ process of the machine, other people's clusters included. Then the folder is rem
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -34,15 +35,21 @@ def _ray_cli() -> str:
     return str(Path(sys.executable).with_name("ray"))
 
 
-def start_cluster(env: dict) -> tuple[str, Path]:
-    """Start the head and a worker node; return ``(address, temp folder)``.
+def start_cluster(env: dict) -> tuple[str, Path, dict]:
+    """Start the head and a worker node; return ``(address, temp folder, environment)``.
 
-    ``env`` is the nodes' environment (their workers and the shards they run inherit it).
-    The temp folder is short (``/tmp/sxray-…``): Ray's socket paths must fit 107 bytes.
+    ``env`` is the nodes' environment (their workers and the shards they run inherit it);
+    the returned one adds the cluster's own token (Ray's token authentication with a fresh
+    random token in the environment, never a file: so neither a token left in
+    ``~/.ray/auth_token`` by another cluster nor its absence changes what the tests see):
+    drivers run with it. The temp folder is short (``/tmp/sxray-…``): Ray's socket paths
+    must fit 107 bytes.
     """
     temp = Path(tempfile.mkdtemp(prefix="sxray-", dir="/tmp"))
     port = free_port()
-    env = {**env, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**env, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", f"--object-store-memory={OBJECT_STORE_BYTES}",
               "--disable-usage-stats"]
     try:
@@ -53,7 +60,7 @@ def start_cluster(env: dict) -> tuple[str, Path]:
     except BaseException:
         stop_cluster(temp)
         raise
-    return f"127.0.0.1:{port}", temp
+    return f"127.0.0.1:{port}", temp, env
 
 
 def _processes() -> dict[int, tuple[int, str]]:

@@ -120,7 +120,7 @@ def test_ray_not_installed_exits_2_with_one_line_naming_the_extra(tmp_path, monk
     assert main(["audit", *SMALL, "--ray", "--shards", "2", "--report-dir", str(report_dir)]) == 2
     err = capsys.readouterr().err
     assert err == f"specexact: error: {RAY_MISSING}\n"
-    assert "pip install 'specexact[ray]'" in err and "tox -e ray" in err
+    assert "pip install -e '.[ray]'" in err and "tox -e ray" in err
     assert not report_dir.exists()  # a refused command leaves nothing behind
 
 
