@@ -129,8 +129,8 @@ def _dead(pid: int) -> bool:
 def _node() -> str:
     """This machine's name, and the Ray node's id when this runs in a Ray worker."""
     ray = sys.modules.get("ray")  # imported by the Ray worker itself, never here
-    try:
-        node_id = ray.get_runtime_context().get_node_id() if ray is not None else None
+    try:  # is_initialized first: the runtime context of a process without Ray would start a local Ray
+        node_id = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - not in a Ray worker
         node_id = None
     return os.uname().nodename + (f" (Ray node {node_id[:8]})" if node_id else "")

@@ -40,15 +40,17 @@ def start_cluster(env: dict) -> tuple[str, Path, dict]:
 
     ``env`` is the nodes' environment (their workers and the shards they run inherit it);
     the returned one adds the cluster's own token (Ray's token authentication with a fresh
-    random token in the environment, never a file: so neither a token left in
-    ``~/.ray/auth_token`` by another cluster nor its absence changes what the tests see):
-    drivers run with it. The temp folder is short (``/tmp/sxray-…``): Ray's socket paths
+    random token in the environment: so neither a token left in ``~/.ray/auth_token`` by
+    another cluster nor its absence changes what the tests see), and ``HOME`` inside the
+    temp folder (whatever Ray writes under ``~/.ray`` goes with the folder): drivers run with
+    it. The temp folder is short (``/tmp/sxray-…``): Ray's socket paths
     must fit 107 bytes.
     """
     temp = Path(tempfile.mkdtemp(prefix="sxray-", dir="/tmp"))
     port = free_port()
+    (temp / "home").mkdir()
     env = {**env, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+           "RAY_AUTH_TOKEN": secrets.token_hex(32), "HOME": str(temp / "home")}
     env.pop("RAY_AUTH_TOKEN_PATH", None)
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", f"--object-store-memory={OBJECT_STORE_BYTES}",
               "--disable-usage-stats"]

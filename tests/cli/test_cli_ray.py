@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("ray")
 
 from specexact.cli import main  # noqa: E402 - after the skip
-from specexact.cli_ray_shard import SHARD_FOLDER_PREFIX  # noqa: E402
+from specexact.cli_ray_shard import SHARD_FOLDER_PREFIX, ShardFailed  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("ray_cluster", HERE / "ray_cluster.py")
@@ -47,6 +47,8 @@ def cluster(tmp_path_factory):
     gate = tmp_path_factory.mktemp("gate")
     env = {**os.environ, "SPECEXACT_TEST_GATE": str(gate), "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    token_file = Path.home() / ".ray" / "auth_token"
+    had_token = token_file.exists()
     address, temp, env = ray_cluster.start_cluster(env)
     try:
         yield address, gate, env
@@ -54,6 +56,7 @@ def cluster(tmp_path_factory):
         left = ray_cluster.stop_cluster(temp)
         assert left == [], f"processes of the cluster still running: {left}"
         assert not temp.exists()
+        assert had_token or not token_file.exists()  # nothing written in the real home
 
 
 @pytest.fixture()
@@ -137,6 +140,21 @@ def gone(pid: int) -> None:
     while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
         assert time.monotonic() < deadline, f"process {pid} still alive"
         time.sleep(0.05)
+
+
+def test_a_shard_run_outside_ray_does_not_start_ray_where_ray_is_imported(tmp_path):
+    """run_shard names the Ray node only inside a Ray worker: asking a process without Ray
+    for its runtime context would start a local Ray instance (and write a token in ~/.ray)."""
+    import ray
+
+    from specexact.cli_ray_shard import run_shard
+
+    assert not ray.is_initialized()
+    with pytest.raises(ShardFailed):
+        run_shard(["--case", "nope"], 1, 2)
+    got = run_shard([*CASES[:3], "--batches", "2", "--no-fuzz", "--threads", "1"], 1, 1, cwd=str(tmp_path))
+    assert got["status"] in (0, 1) and "Ray node" not in got["node"]
+    assert not ray.is_initialized()
 
 
 @pytest.mark.parametrize("args, n", [(BUILTIN, 3), (ENGINE, 2)], ids=["builtin", "engine-builtin"])
