@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from specexact.cli_common import EXIT_ERROR, JOURNAL_SUBDIR, CliError
@@ -93,6 +95,23 @@ def _connect(ray, address: str):
                        f"{' '.join(str(exc).split())[:300]}") from exc
 
 
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a cancelled CI job) ends the driver like Ctrl-C: exit 2, the journal kept."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def ray_audit_command(args, audit_parser: argparse.ArgumentParser) -> int:
     """Run ``specexact audit --ray`` (module docstring); return the exit status.
 
@@ -148,35 +167,12 @@ def ray_audit_command(args, audit_parser: argparse.ArgumentParser) -> int:
 def _run_on_ray(ray, args, arguments: list[str], n: int, journal: ShardJournal, done: dict, console) -> dict:
     """Submit the shards not in ``done``, journal each as it finishes; return the failed ones
     (index -> why)."""
-    from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     started = time.perf_counter()
-    _connect(ray, args.ray)
     failed: dict[int, str] = {}
     try:
-        task = ray.remote(run_shard).options(num_cpus=args.ray_cpus, num_gpus=_gpus(args),
-                                             max_retries=args.ray_retries, retry_exceptions=[ShardFailed])
-        pending = {task.remote(arguments, i, n, os.getcwd()): i for i in range(1, n + 1) if i not in done}
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=console, disable=args.quiet)
-        bar = progress.add_task(f"shards on Ray ({len(pending)} to run)", total=n, completed=len(done))
-        with progress:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                index = pending.pop(ready[0])
-                try:
-                    result = ray.get(ready[0])
-                except Exception as exc:  # noqa: BLE001 - Ray's task, worker and node errors, after its retries
-                    failed[index] = _why(exc)
-                    progress.console.print(f"shard {index}/{n}: [red]failed[/] after {args.ray_retries + 1} "
-                                           f"tr{'y' if args.ray_retries == 0 else 'ies'}: {escape(failed[index])}")
-                    continue
-                journal.add(index, result["report"])
-                progress.update(bar, advance=1)
-                verdict = "[green]pass[/]" if result["status"] == 0 else "[red]FAIL[/]"
-                progress.console.print(f"shard {index}/{n}: {verdict} ({result['seconds']:.1f} s on "
-                                       f"{escape(result['node'])})")
+        _connect(ray, args.ray)
+        with _sigterm_as_interrupt():  # after ray.init, which installs a SIGTERM handler of its own (an abort)
+            _wait_for_shards(ray, args, arguments, n, journal, done, console, failed)
     except KeyboardInterrupt:
         kept = len(journal.finished())
         raise CliError(f"interrupted; {kept} finished shard{'' if kept == 1 else 's'} kept in the journal "
@@ -185,3 +181,36 @@ def _run_on_ray(ray, args, arguments: list[str], n: int, journal: ShardJournal, 
         ray.shutdown()
     console.print(f"Ray: {n - len(done) - len(failed)} shard(s) in {time.perf_counter() - started:.1f} s")
     return failed
+
+
+def _wait_for_shards(ray, args, arguments: list[str], n: int, journal: ShardJournal, done: dict, console,
+                     failed: dict) -> None:
+    """Submit the shards not in ``done``, and journal each as it finishes; a shard that
+    failed after Ray's retries goes into ``failed`` (index -> why)."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    task = ray.remote(run_shard).options(num_cpus=args.ray_cpus, num_gpus=_gpus(args),
+                                         max_retries=args.ray_retries, retry_exceptions=[ShardFailed])
+    pending = {task.remote(arguments, i, n, os.getcwd()): i for i in range(1, n + 1) if i not in done}
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, disable=args.quiet)
+    bar = progress.add_task(f"shards on Ray ({len(pending)} to run)", total=n, completed=len(done))
+    with progress:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # signals are seen each second
+            if not ready:
+                continue
+            index = pending.pop(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except Exception as exc:  # noqa: BLE001 - Ray's task, worker and node errors, after its retries
+                failed[index] = _why(exc)
+                progress.console.print(f"shard {index}/{n}: [red]failed[/] after {args.ray_retries + 1} "
+                                       f"tr{'y' if args.ray_retries == 0 else 'ies'}: {escape(failed[index])}")
+                continue
+            journal.add(index, result["report"])
+            progress.update(bar, advance=1)
+            verdict = "[green]pass[/]" if result["status"] == 0 else "[red]FAIL[/]"
+            progress.console.print(f"shard {index}/{n}: {verdict} ({result['seconds']:.1f} s on "
+                                   f"{escape(result['node'])})")

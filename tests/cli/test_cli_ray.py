@@ -228,3 +228,32 @@ def test_retries_exhausted_is_exit_2_one_line_and_the_journal_kept_then_resumed(
     assert calls(gate) == ["2-of-2"]  # shard 1 was not run again
     assert_same_audit(json.loads((tmp_path / "ray" / "merged.json").read_text()), local)
     assert not journal.exists()
+
+
+def test_a_terminated_driver_exits_2_with_one_line_and_keeps_the_finished_shard(cluster, gate, tmp_path):
+    """SIGTERM (a cancelled CI job) while shard 2 is held and shard 1 is journaled: exit 2,
+    one line saying what the journal kept (the same command resumes it: the test above)."""
+    address, _, env = cluster
+    (gate / "hold-2-of-2").touch()
+    proc = subprocess.Popen(ray_command(address, tmp_path / "ray", GATED, 2), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=HERE, env=env)
+    try:
+        wait_for(gate / "held-2-of-2", proc)
+        journal = tmp_path / "ray" / ".journal"
+        deadline = time.monotonic() + WAIT_S
+        while not list(journal.glob("ray-*/shard-1-of-2.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, "shard 1 was never journaled"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        (gate / "hold-2-of-2").unlink()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2, err[-3000:]
+    errors = [ln for ln in err.splitlines() if "error" in ln]
+    assert len(errors) == 1 and errors[0] == err.splitlines()[-1], err[-3000:]
+    assert errors[0].startswith("specexact: error: interrupted; 1 finished shard kept in the journal ")
+    assert [f.name for f in journal.glob("ray-*/*")] == ["shard-1-of-2.json"]
+    assert not list((tmp_path / "ray").glob("audit-*"))
