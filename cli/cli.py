@@ -2,7 +2,8 @@
 
 ``specexact audit [--sampler NAME | MODULE:CALLABLE] [--budget SECONDS | --batches N]
 [--seed N] [--isolate [--case-timeout SECONDS]] [--shard I/N] [--report-dir DIR]
-[--json PATH]`` audits a sampler and writes JSON, Markdown and HTML reports;
+[--json PATH] [--ray [ADDRESS] --shards N]`` audits a sampler (with ``--ray``, its shards as
+Ray tasks on a cluster, merged: :mod:`specexact.cli_ray`) and writes JSON, Markdown and HTML reports;
 ``specexact merge SHARD.json ...`` merges the reports of ``--shard`` runs into one;
 ``specexact render REPORT.json`` re-renders a JSON report's Markdown and HTML;
 ``specexact --version`` prints the version.
@@ -28,6 +29,7 @@ import traceback
 from typing import NoReturn
 
 from specexact.cli_fuzz import add_audit_fuzz_options, add_fuzz_parser  # the fuzz hook (light: no torch)
+from specexact.cli_ray import add_ray_options  # light: Ray itself is imported only by a --ray run
 
 from specexact.cli_common import (DEFAULT_BUDGET_S, DEFAULT_CLI_CALL_TIMEOUT_S, DEFAULT_REPORT_DIR, EXIT_ERROR, EXIT_FAIL,
                          EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S, CliError, os_error_line)
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not journal finished cases (an interrupted audit then starts over)")
     _report_args(a, "the")
     add_audit_fuzz_options(a)  # --no-fuzz, --fuzz-profile, --fuzz-share (specexact.fuzz.cli)
+    add_ray_options(a)  # --ray, --shards, --ray-retries, --ray-cpus, --ray-gpus (specexact.cli_ray)
     add_fuzz_parser(sub)  # specexact fuzz
     m = sub.add_parser("merge", help="merge the JSON reports of 'audit --shard' runs into one report")
     m.add_argument("reports", nargs="+", metavar="SHARD.json", help="the JSON reports of shards 1/N .. N/N")
@@ -150,9 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _audit(args) -> int:
+    if args.ray is not None and not args.list_cases:  # the shards as Ray tasks, merged (specexact.cli_ray)
+        from specexact.cli_ray import ray_audit_command
+
+        return ray_audit_command(args, _sub_parser(build_parser(), "audit"))
+    if args.shards is not None:
+        raise CliError("--shards N is the number of Ray tasks of --ray; without --ray run one shard with --shard I/N")
     from specexact.cli_audit import audit_command
 
     return audit_command(args)
+
+
+def _sub_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of sub-command ``name`` of ``parser``."""
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public list of its sub-parsers
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            return action.choices[name]
+    raise KeyError(name)  # pragma: no cover
 
 
 def _merge(args) -> int:

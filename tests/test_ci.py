@@ -33,3 +33,16 @@ def test_ci_runs_the_suite_with_the_newest_and_the_lowest():
     suite = lines.index("python3 -m pytest -n auto")
     assert upgrade < suite
     assert any(re.match(r"python3 -m tox -e .*\bhypothesis-lowest\b", ln) for ln in lines)
+
+
+def test_ci_runs_the_ray_env_with_the_cpu_torch_first():
+    lines = [ln.strip() for ln in (ROOT / ".ci/run").read_text().splitlines() if not ln.startswith("#")]
+    assert "python3 -m tox -e ray" in lines
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    env = tox["testenv:ray"]
+    assert env["deps"].split() == ["torch==2.13.0"] and env["extras"].split() == ["test", "ray"]
+    assert "tests/cli/test_cli_ray.py" in env["commands"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [Requirement(r).name for r in extras["ray"]] == ["ray"]
+    assert "ray" not in [Requirement(r).name for r in extras["test"]]  # the default suite runs without Ray
