@@ -137,24 +137,30 @@ def _cases(args):
 
 def _engine_and_cases(args):
     """``(engine, target, cases)`` of ``--engine`` / ``--method`` / ``--pair``: the engine,
-    what it resolved to, and its end-to-end cases (:func:`~specexact.audit.cases.e2e.catalog.e2e_cases`)."""
+    what it resolved to, and its end-to-end cases (:func:`~specexact.audit.cases.e2e.catalog.e2e_cases`,
+    with the long case; ``--case`` picks some of them by name)."""
     from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines.registry import EngineError, resolve_engine
 
     if args.isolate or args.case_timeout is not None:
         raise CliError("--engine runs the engine in this process (it is loaded once per configuration); "
                        "--isolate and --case-timeout are for verify functions")
-    if args.case:
-        raise CliError("--case selects verify-level, decoder or tree cases; with --engine the cases are the "
-                       "engine's end-to-end cases (choose them with --method and --pair)")
     if args.requests_per_class is not None and args.requests_per_class < 2:
         raise CliError(f"--requests-per-class must be >= 2, got {args.requests_per_class}")
     given = {k: v for k, v in (("pair", args.pair), ("requests_per_class", args.requests_per_class)) if v is not None}
     try:
         engine, target = resolve_engine(args.engine)
-        cases = e2e_cases(engine, args.method, **given)  # e2e_cases' defaults otherwise
+        # e2e_cases' defaults otherwise; the long case too (its own requests per class)
+        cases = e2e_cases(engine, args.method, **given, long_case_too=True)
     except (EngineError, ValueError) as exc:
         raise CliError(str(exc)) from exc
+    if args.case:  # with --engine, --case picks among the engine's end-to-end cases
+        names = [c.name for c in cases]
+        unknown = [n for n in args.case if n not in names]
+        if unknown:
+            raise CliError(f"unknown --case {unknown}; with --engine the cases are the engine's end-to-end cases: "
+                           f"{names}")
+        cases = [c for c in cases if c.name in args.case]
     return engine, target, cases
 
 
@@ -318,7 +324,7 @@ def audit_command(args) -> int:
             for k, rc in enumerate(c.row_classes):
                 print(f"  class {c.class_id(k)}: {rc.describe()}")
         return EXIT_PASS
-    cases, extra = _cases(args)
+    cases, extra = _cases(args) if args.engine is None else ([], [])  # an engine's cases: _engine_and_cases
     if args.list_cases:
         for c in cases:
             print(f"{c.name}: {case_summary(c)}")

@@ -19,7 +19,10 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
   processing, EOS / length, batching);
 - ``accepted_length[class c]`` (the first round's accepted count against its exact law):
   drafting, target forward, the acceptance rule, batching and the class's processing;
-- ``reproducible``: seeds; ``defect`` (crash, hang, protocol break): the protocol.
+- ``reproducible``: seeds; ``defect`` (crash, hang, protocol break): the protocol;
+- a long case's ``token_law[positions a-b]`` / ``plain_token_law[...]`` (every emitted token
+  of every class in a band of output positions): as ``sequence_law`` / ``plain_sequence_law``;
+  located by band, not class (:mod:`~specexact.audit.verdict.diagnosis_bands`).
 
 A part reads ``"pass"`` when its checks ran and passed, ``"not_tested"`` when none covered
 it. Failures are located, where the checks allow (**heuristics**, ``heuristic`` true):
@@ -43,6 +46,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from specexact.audit.verdict.diagnosis_bands import BAND_CHECK_TYPES, band_notes
 from specexact.audit.verdict.diagnosis_parts import check_label, check_type, tested
 from specexact.audit.verdict.tiers import TIERS, tier_of_check
 
@@ -64,7 +68,7 @@ E2E_PARTS = (
 """The parts of an end-to-end diagnosis, in report order: ``(key, label)``."""
 
 E2E_CHECK_TYPES = ("sequence_law", "sequences_vs_plain", "plain_sequence_law", "accepted_length", "reproducible",
-                   "defect")
+                   "defect", *BAND_CHECK_TYPES)
 """The check types of an end-to-end case (:mod:`specexact.audit.cases.e2e.checks`)."""
 
 _SPECULATIVE = ("drafting", "target_forward", "acceptance_rule", "recovered_token", "bonus_token", "eos_cut",
@@ -130,11 +134,11 @@ def coverage(chk: dict, classes: dict | None = None) -> set:
     info = (classes or {}).get(_class_of(chk))
     feats = info["features"] if info else {"processing"}
     processing = bool(feats - {"EOS"})
-    if t in ("sequence_law", "sequences_vs_plain"):
+    if t in ("sequence_law", "sequences_vs_plain", "token_law"):
         parts = set(_SPECULATIVE)
         if info and not info["bonus"]:
             parts.discard("bonus_token")
-    elif t == "plain_sequence_law":
+    elif t in ("plain_sequence_law", "plain_token_law"):
         parts = set(_PLAIN)
     elif t == "accepted_length":
         parts = set(_FIRST_ROUND)
@@ -290,6 +294,8 @@ def diagnose_e2e(report: dict) -> dict:
             else:
                 notes.append(f"{case}: the plain path fails too (classes {', '.join(map(str, sorted(fail)))}): the "
                              "parts both paths share (target forward, processing, EOS / length), not speculation")
+    for case, cs in by_case.items():  # a long case: located by output-position band
+        notes.extend(band_notes(case, cs, cov, score))
     order = [k for k, _ in E2E_PARTS]
     suspects = sorted((p for p in score if p not in located and p not in explained),
                       key=lambda p: (-score[p], order.index(p)))

@@ -25,7 +25,8 @@ def _checks_of(config: dict) -> int:
         return VERIFY_CHECKS
     if config.get("kind") == "e2e":  # audit/cases/e2e/kind.py, E2EKind.checks
         return e2e_num_checks(len(config.get("row_classes") or []),
-                              sum(bool(a) for a in config.get("check_acceptance") or []))
+                              sum(bool(a) for a in config.get("check_acceptance") or []),
+                              len(config.get("position_bands") or []))
     return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1]) + DECISION_CHECKS
 
 
@@ -114,7 +115,8 @@ def _engine_arguments(sampler: dict, configs: Sequence[dict]) -> list[str]:
     pairs = sorted({c.get("pair") for c in configs})
     if len(pairs) == 1:
         parts += ["--pair", str(pairs[0])]
-    sizes = sorted({int(c.get("requests_per_class") or 0) for c in configs})
+    # the long case keeps its own size (LONG_REQUESTS_PER_CLASS), whatever --requests-per-class says
+    sizes = sorted({int(c.get("requests_per_class") or 0) for c in configs if not c.get("position_bands")})
     if len(sizes) == 1 and sizes[0]:
         parts += ["--requests-per-class", str(sizes[0])]
     return parts
@@ -123,12 +125,12 @@ def _engine_arguments(sampler: dict, configs: Sequence[dict]) -> list[str]:
 def _e2e_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha: float, rate: float,
                       threads: int | None) -> dict:
     """The reproduction of an end-to-end case: ``--engine`` with the case's method, pair and
-    requests per class (no ``--case`` names it: :func:`~specexact.audit.cases.e2e.catalog.e2e_cases`
-    makes it from the engine), the case's calls and the rate that gives the same per-check
-    rate; the Python rebuilds the case from the engine."""
+    requests per class (:func:`~specexact.audit.cases.e2e.catalog.e2e_cases` makes its cases
+    from the engine) and ``--case`` its name, the case's calls and the rate that gives the same
+    per-check rate; the Python rebuilds the case from the engine."""
     config = case.get("config", {})
     engine = engine_argument(sampler)
-    parts = (["specexact", "audit"] + _engine_arguments(sampler, [config])
+    parts = (["specexact", "audit"] + _engine_arguments(sampler, [config]) + ["--case", case["name"]]
              + ["--seed", str(settings["seed"]), "--batches", str(nb), "--false-fail-rate", f"{rate:.6g}"])
     if settings.get("device"):
         parts += ["--device", settings["device"]]
@@ -143,8 +145,11 @@ def _e2e_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha:
             "from specexact.decoders.engines.registry import resolve_engine\n"
             f"engine, _ = resolve_engine({engine!r})\n"
             f"case = next(c for c in e2e_cases(engine, {config.get('method')!r}, pair={config.get('pair')!r}, "
-            f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, "
-            f"requests_per_class={config.get('requests_per_class')!r}) if c.name == {case['name']!r})\n"
+            + (f"long_case_too=True, long_requests_per_class={config.get('requests_per_class')!r}"
+               if config.get("position_bands") else
+               f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, "
+               f"requests_per_class={config.get('requests_per_class')!r}")
+            + f") if c.name == {case['name']!r})\n"
             f"result = run_case(case, engine, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
             f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
             "print(result.defect or [str(c) for c in result.checks])"
@@ -221,7 +226,9 @@ def combined_reproduction(settings: dict, sampler: dict, configs: Sequence[dict]
         parts += ["--device", settings["device"]]
     if engine:
         methods = sorted({c.get("method") for c in configs})
-        first = configs[0]
+        short = [c for c in configs if not c.get("position_bands")]
+        first = short[0] if short else configs[0]
+        longs = [c for c in configs if c.get("position_bands")]
         load = ("from specexact.audit import run_audit\n"
                 "from specexact.audit.e2e_case import e2e_cases\n"
                 "from specexact.decoders.engines.registry import resolve_engine\n"
@@ -229,7 +236,9 @@ def combined_reproduction(settings: dict, sampler: dict, configs: Sequence[dict]
                 f"cases = e2e_cases(verifier, {methods[0] if len(methods) == 1 else None!r}, "
                 f"pair={first.get('pair')!r}, "
                 f"num_speculative_tokens={first.get('num_speculative_tokens')!r}, "
-                f"requests_per_class={first.get('requests_per_class')!r})\n")
+                f"requests_per_class={first.get('requests_per_class')!r}"
+                + (f", long_case_too=True, long_requests_per_class={longs[0].get('requests_per_class')!r}"
+                   if longs else "") + ")\n")
         cases = "cases=cases, "
     else:
         load = ("from specexact.audit import resolve_sampler, run_audit\n"

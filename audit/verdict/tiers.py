@@ -66,6 +66,8 @@ CHECK_TIERS = {
     "recovered_token_law": "inexact", "bonus_token_law": "inexact", "eos_cut": "inexact",
     # end-to-end cases (audit/cases/e2e/): the engine's plain sampling and its seeds
     "plain_sequence_law": "inexact", "sequences_vs_plain": "inexact", "reproducible": "defect",
+    # a long end-to-end case's per-token checks (audit/cases/e2e/token_checks.py)
+    "token_law": "inexact", "plain_token_law": "inexact",
     # a crash, hang or protocol violation of a case
     "defect": "defect",
     # evidence spread over several checks (the audit's combined check, audit/checks/combined.py);

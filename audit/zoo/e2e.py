@@ -11,27 +11,36 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
 - :class:`SeedIgnored`: every call draws fresh randomness, whatever the requests' seeds;
 - :class:`BonusFromWrongPosition`: on full acceptance the bonus token comes from ``p_γ``
   (the last draft's position) instead of ``p_{γ+1}``;
+- :class:`TemperatureLostFromPosition16`: the target's temperature is not applied to the
+  tokens of output position 16 on (the speculative path verifies them at temperature 1; the
+  drafts keep it): only the long case (:func:`~specexact.audit.cases.e2e.catalog.long_case`)
+  reaches those positions, and its per-token checks place the fault in the bands from 16 on;
 - :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
   raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
   ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
   and audit the others.
 
 :data:`E2E_WRONG` maps names to the classes; ``tests/audit/zoo/test_e2e.py`` asserts each is
-caught, with the tier and the check that names it.
+caught, with the tier and the check that names it. :data:`E2E_WRONG_LONG` holds the faults
+only the long case reaches (``tests/audit/zoo/test_e2e_long.py``).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import torch
 
 from specexact.audit.zoo import bonus_from_last_draft_position
+from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier
+from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 from specexact.decoders.engines.builtin import BuiltinEngine
-from specexact.decoders.params import SamplingParams
+from specexact.decoders.law_table import shared_laws
+from specexact.decoders.params import SamplingParams, batch_params
 
 __all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
-           "E2E_WRONG"]
+           "TemperatureLostFromPosition16", "E2E_WRONG", "E2E_WRONG_LONG"]
 
 
 class _Shifted:
@@ -90,6 +99,40 @@ class BonusFromWrongPosition(BuiltinEngine):
         return bonus_from_last_draft_position
 
 
+class _TemperatureLostFrom(LogitsLevelVerifier):
+    """The built-in processing per candidate prefix, but at temperature 1 for the prefixes
+    that predict output position ``position`` or later (a sampled row's temperature only)."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(name=f"temperature_lost_from_{position}")
+        self.position = int(position)
+
+    def target_probs(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        """Shape: ``-> [B, K+1, V]``; prefix ``i`` of row ``b`` predicts output position
+        ``generated[b] + i`` (``generated``: the row's tokens so far)."""
+        B, K = inputs.draft_token_ids.shape
+        V, device = inputs.vocab_size, inputs.target_logits.device
+        generated = (inputs.output_token_ids >= 0).sum(1).tolist()  # [B]
+        params = [p if generated[b] + i < self.position or not p.temperature else replace(p, temperature=1.0)
+                  for b, p in enumerate(inputs.target_params) for i in range(K + 1)]
+        table = shared_laws(inputs.target_logits.reshape(B * (K + 1), V), batch_params(params, B * (K + 1), device),
+                            self.candidate_histories(inputs).reshape(B * (K + 1), -1), process=self.processing,
+                            extra=(inputs.prompt_token_ids.repeat_interleave(K + 1, dim=0),))
+        return table.rows().reshape(B, K + 1, V)
+
+
+class TemperatureLostFromPosition16(BuiltinEngine):
+    """The target verified at temperature 1 from output position 16 on (the drafts keep the
+    request's temperature; the plain path is right)."""
+
+    name = "zoo-e2e:temperature_lost_from_position_16"
+    position = 16
+
+    @property
+    def verifier(self):
+        return _TemperatureLostFrom(self.position)
+
+
 class CrashesOnTopK(BuiltinEngine):
     """Speculative calls with a top-k request raise; every call raises after a crash until
     :meth:`load` runs again (a broken engine state)."""
@@ -120,4 +163,9 @@ E2E_WRONG = {
     "bonus_from_wrong_position": BonusFromWrongPosition,
     "crashes_on_top_k": CrashesOnTopK,
 }
-"""The planted end-to-end faults by name."""
+"""The planted end-to-end faults by name (each caught by the enumerable case)."""
+
+E2E_WRONG_LONG = {
+    "temperature_lost_from_position_16": TemperatureLostFromPosition16,
+}
+"""The planted faults that only the long case reaches (past output position 16), by name."""

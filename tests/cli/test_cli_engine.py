@@ -33,7 +33,7 @@ def test_a_hanging_engine_ends_the_audit_with_a_timeout_defect_and_its_replay(tm
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "reports"
     code = main(["audit", "--engine", "hangmod:Hangs", "--method", "draft_model", "--requests-per-class", "8",
-                 "--batches", "2", "--call-timeout", "1", "--threads", "1", "--report-dir", str(out), "--no-html",
+                 "--case", "e2e-llama-v64-draft_model-g2", "--batches", "2", "--call-timeout", "1", "--threads", "1", "--report-dir", str(out), "--no-html",
                  "--no-journal", "--quiet"])
     assert code == 1
     (path,) = out.glob("audit-*.json")  # the report is kept
@@ -65,7 +65,7 @@ def test_a_hang_in_the_planning_pilot_is_no_finding_the_cases_own_call_finds_it(
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "reports"
     code = main(["audit", "--engine", "hangmod2:Hangs", "--method", "draft_model", "--requests-per-class", "8",
-                 "--budget", "30", "--call-timeout", "1", "--threads", "1", "--report-dir", str(out), "--no-html",
+                 "--case", "e2e-llama-v64-draft_model-g2", "--budget", "30", "--call-timeout", "1", "--threads", "1", "--report-dir", str(out), "--no-html",
                  "--no-journal", "--quiet"])
     assert code == 1
     (path,) = out.glob("audit-*.json")
@@ -104,6 +104,18 @@ def test_list_cases_with_an_engine_lists_its_end_to_end_cases(capsys):
     (case,) = e2e_cases(BuiltinEngine(), "draft_model")
     assert out.startswith(f"{case.name}: ") and "v8-plain" not in out
     assert all(f"  class {case.class_id(k)}: {rc.describe()}" in out for k, rc in enumerate(case.row_classes))
+    # and the long case (48 tokens, every token checked), which --case picks alone
+    (long,) = [c for c in e2e_cases(BuiltinEngine(), "draft_model", long_case_too=True) if c.position_bands]
+    assert f"\n{long.name}: " in out and long.name == "e2e-llama-v64-draft_model-long-g4"
+
+
+def test_case_picks_among_an_engines_end_to_end_cases(capsys):
+    assert main(["audit", "--engine", "builtin", "--case", "e2e-llama-v64-draft_model-long-g4", "--list-cases"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("e2e-llama-v64-draft_model-long-g4: ") and "-g2:" not in out
+    assert main(["audit", "--engine", "builtin", "--case", "v8-plain", "--batches", "2", "--no-journal"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --case ['v8-plain']; with --engine the cases are the engine's end-to-end cases" in err
 
 
 def test_an_engine_not_installed_here_exits_2_naming_its_environment(monkeypatch, tmp_path, capsys):

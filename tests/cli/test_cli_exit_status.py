@@ -39,7 +39,8 @@ def test_a_call_hung_inside_torch_at_exit_ends_with_status_1_and_the_reports_wri
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]), "PYTHONUNBUFFERED": "1"}
     out = tmp_path / "reports"
     proc = subprocess.run([sys.executable, "-m", "specexact", "audit", "--engine", "hangtorch:HangsInTorch",
-                           "--method", "draft_model", "--requests-per-class", "8", "--batches", "2",
+                           "--method", "draft_model", "--case", "e2e-llama-v64-draft_model-g2", "--requests-per-class", "8",
+                           "--batches", "2",
                            "--threads", "1", "--call-timeout", "5", "--report-dir", str(out), "--no-html",
                            "--no-journal", "--quiet"], capture_output=True, text=True, env=env, timeout=240,
                           cwd=tmp_path)

@@ -74,6 +74,11 @@ class E2ECase:
         for an engine, :func:`~specexact.audit.cases.e2e.catalog.e2e_cases`); default none.
     engine : str
         The engine's name the case was made for (reports).
+    position_bands : tuple of (int, int), optional
+        Output-position bands ``[start, stop)`` of a *long* case, whose outputs are too long to
+        enumerate: it checks every emitted token's randomised PIT under its conditional law,
+        one check per band and path (:mod:`~specexact.audit.cases.e2e.token_checks`), instead
+        of the per-class sequence laws. ``None`` (default): the enumerable case.
     """
 
     name: str
@@ -89,6 +94,7 @@ class E2ECase:
     tags: tuple[str, ...] = field(default_factory=tuple)
     class_ids: tuple[int, ...] | None = None
     exact: bool = True
+    position_bands: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.row_classes:
@@ -100,6 +106,13 @@ class E2ECase:
                              f"got {self.num_speculative_tokens!r}")
         if int(self.requests_per_class) < 2:
             raise ValueError(f"case {self.name!r}: requests_per_class must be >= 2, got {self.requests_per_class!r}")
+        if self.position_bands is not None:
+            bands = tuple((int(a), int(b)) for a, b in self.position_bands)
+            if not bands or any(not 0 <= a < b for a, b in bands) or any(
+                    b0 > a1 for (_, b0), (a1, _) in zip(bands, bands[1:])):
+                raise ValueError(f"case {self.name!r}: position_bands must be ascending, disjoint, non-empty "
+                                 f"[start, stop) ranges, got {self.position_bands!r}")
+            object.__setattr__(self, "position_bands", bands)
         C = len(self.row_classes)
         for name in ("check_acceptance", "class_ids"):
             v = getattr(self, name)

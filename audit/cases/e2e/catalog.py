@@ -3,7 +3,8 @@
 One case per drafting method the engine declares, with the row classes its processing
 implements (plain, temperature, top-k, top-p, min-p, the three penalties, EOS reachable,
 ``min_tokens``), and, per class, whether its first round's acceptance has a known exact
-law (:func:`acceptance_known`).
+law (:func:`acceptance_known`); with ``long_case`` also one long case (:func:`long_case`):
+48 new tokens, prompts of 1, 7, 19 and 41 tokens in one call, γ = 4, checked token by token.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from specexact.decoders.engines.protocol import EngineCapabilities
 from specexact.decoders.params import SamplingParams
 from specexact.decoders.tiny_models import CATALOG
 
-__all__ = ["DRAFT_MODEL_METHODS", "LOOKUP_METHODS", "acceptance_known", "e2e_cases"]
+__all__ = ["DRAFT_MODEL_METHODS", "LOOKUP_METHODS", "LONG_BANDS", "LONG_GAMMA", "LONG_REQUESTS_PER_CLASS",
+           "acceptance_known", "long_case", "e2e_cases"]
 
 DRAFT_MODEL_METHODS = ("draft_model", "draft_model_greedy")
 """Methods whose drafts come from a draft model (their acceptance has an exact law)."""
@@ -71,10 +73,64 @@ def _row_classes(caps: EngineCapabilities, gamma: int, seed: int, lookup: bool =
     return [rc for rc in wanted if not (rc.eos and not caps.eos)]
 
 
+LONG_BANDS = ((0, 8), (8, 16), (16, 32), (32, 48))
+"""Output-position bands of the long case's per-token checks: past one and two 16-token blocks."""
+
+LONG_GAMMA = 4
+"""γ of the long case (whatever the enumerable cases use)."""
+
+LONG_REQUESTS_PER_CLASS = 16
+"""Requests of each long-case class per generate call (its calls are long: 48 tokens)."""
+
+LONG_PROMPT_LENGTHS = (1, 7, 19, 41)
+"""Prompt lengths of the long case's classes, in one call: within one and past two 16-token blocks."""
+
+
+def _long_row_classes(caps: EngineCapabilities, seed: int) -> list[E2ERowClass]:
+    """The long case's classes: ``max_tokens`` 48, prompts of :data:`LONG_PROMPT_LENGTHS`
+    random tokens, several sampling parameters together in each request, and EOS reachable
+    with ``min_tokens`` 6 (its mask ends inside a γ = 4 verify window); the last class keeps
+    its temperature and top-k without EOS where the engine sets none."""
+    g = torch.Generator().manual_seed(seed + 4848)
+    p = [tuple(int(t) for t in torch.randint(2, 64, (n,), generator=g)) for n in LONG_PROMPT_LENGTHS]
+    sp = SamplingParams
+    eos = bool(caps.eos)
+    return [
+        E2ERowClass(p[0], sp(temperature=0.5, top_k=16, presence_penalty=0.6, frequency_penalty=0.3), max_tokens=48),
+        E2ERowClass(p[1], sp(temperature=1.6, top_p=0.9, repetition_penalty=1.3), max_tokens=48),
+        E2ERowClass(p[2], sp(temperature=0.7, min_p=0.05, frequency_penalty=0.5), max_tokens=48),
+        E2ERowClass(p[3], sp(temperature=2.0, top_k=32), max_tokens=48, eos=eos,
+                    min_tokens=6 if eos and caps.min_tokens else 0),
+    ]
+
+
+def long_case(engine, method: str, *, pair: str = "llama-v64", requests_per_class: int = LONG_REQUESTS_PER_CLASS,
+              seed: int = 0) -> E2ECase:
+    """The long end-to-end case of ``engine`` and ``method``: ``e2e-<pair>-<method>-long-g4``.
+
+    Row classes of :func:`_long_row_classes` (those the engine's processing implements), γ =
+    :data:`LONG_GAMMA`, per-token checks in the bands :data:`LONG_BANDS` instead of sequence
+    laws (:mod:`~specexact.audit.cases.e2e.token_checks`), no acceptance check.
+    """
+    caps = engine.capabilities()
+    classes = [rc for rc in _long_row_classes(caps, seed) if not caps.processing.unsupported(rc.params)]
+    return E2ECase(
+        name=f"e2e-{pair}-{method}-long-g{LONG_GAMMA}", pair=pair, method=method, num_speculative_tokens=LONG_GAMMA,
+        row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
+        check_acceptance=(False,) * len(classes), position_bands=LONG_BANDS,
+        description=(f"{engine.name} {method}, γ={LONG_GAMMA}, on {pair}: 48-token outputs, prompts of "
+                     f"{', '.join(map(str, LONG_PROMPT_LENGTHS))} tokens in one call, every token checked"),
+        tags=("e2e", "long"))
+
+
 def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num_speculative_tokens: int = 2,
-              requests_per_class: int = 256, seed: int = 0) -> list[E2ECase]:
+              requests_per_class: int = 256, seed: int = 0, long_case_too: bool = False,
+              long_requests_per_class: int = LONG_REQUESTS_PER_CLASS) -> list[E2ECase]:
     """The end-to-end cases of ``engine``: one per method it declares (or ``method`` only),
-    with the row classes of :func:`_row_classes` its processing implements.
+    with the row classes of :func:`_row_classes` its processing implements; with
+    ``long_case_too`` then the long case (:func:`long_case`, ``long_requests_per_class``
+    requests per class) of ``method``, or of ``draft_model`` (else the first method) when
+    no method is given.
 
     Raises
     ------
@@ -100,4 +156,7 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
             check_acceptance=tuple(acceptance_known(caps, m, rc, num_speculative_tokens) for rc in classes),
             description=f"{engine.name} {m}, γ={num_speculative_tokens}, on {pair}: the engine's own generate loop",
             tags=("e2e",)))
+    if long_case_too:
+        m = method if method is not None else ("draft_model" if "draft_model" in methods else methods[0])
+        cases.append(long_case(engine, m, pair=pair, requests_per_class=long_requests_per_class, seed=seed))
     return cases

@@ -4,8 +4,10 @@ Per row class, on the engine's speculative and plain outputs (:func:`class_check
 ``sequence_law`` and ``plain_sequence_law`` against the class's exact law
 (:func:`~specexact.audit.cases.e2e.laws.class_laws`), ``sequences_vs_plain`` (chi-square
 homogeneity) and, where the case checks acceptance, ``accepted_length``; per case
-``reproducible`` (:func:`reproducible_check`, exact). :func:`e2e_num_checks` counts them
-(the report reads the same count from a case's config).
+``reproducible`` (:func:`reproducible_check`, exact). A long case (``position_bands`` set)
+has per-token checks instead of the per-class ones, two per band
+(:mod:`~specexact.audit.cases.e2e.token_checks`). :func:`e2e_num_checks` counts them (the
+report reads the same count from a case's config).
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ E2E_CHECKS_PER_CLASS = 3
 where the case checks acceptance)."""
 
 
-def e2e_num_checks(num_classes: int, num_acceptance_checked: int) -> int:
-    """Checks of an end-to-end case: :data:`E2E_CHECKS_PER_CLASS` per class, ``reproducible``,
-    and one ``accepted_length`` per class that checks acceptance (the report reads the same
-    count from a case's config)."""
-    return E2E_CHECKS_PER_CLASS * num_classes + 1 + num_acceptance_checked
+def e2e_num_checks(num_classes: int, num_acceptance_checked: int, num_bands: int = 0) -> int:
+    """Checks of an end-to-end case: :data:`E2E_CHECKS_PER_CLASS` per class (a long case with
+    ``num_bands > 0`` position bands: ``token_law`` and ``plain_token_law`` per band instead),
+    ``reproducible``, and one ``accepted_length`` per class that checks acceptance (the report
+    reads the same count from a case's config)."""
+    per = 2 * int(num_bands) if num_bands else E2E_CHECKS_PER_CLASS * num_classes
+    return per + 1 + num_acceptance_checked
 
 
 def reproducible_check(again, first, again_plain, first_plain, alpha: float):

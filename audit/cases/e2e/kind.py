@@ -16,6 +16,7 @@ from specexact.audit.cases.e2e.sampling import run_e2e_case
 from specexact.audit.cases.planning import PLAN_MAX_BINS, support_size
 from specexact.audit.cases.result import CaseResult
 from specexact.decoders.engines.protocol import is_engine
+from specexact.exactness.pit import MAX_CELLS
 
 __all__ = ["E2EKind", "CASE_KIND"]
 
@@ -30,7 +31,7 @@ class E2EKind:
 
     def checks(self, case: E2ECase) -> int:
         C = len(case.row_classes)
-        return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)))
+        return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)), len(case.position_bands or ()))
 
     def restrict(self, case: E2ECase, engine):
         if not is_engine(engine):
@@ -53,6 +54,8 @@ class E2EKind:
         return case.restricted(keep), reason
 
     def planning_checks(self, case: E2ECase) -> list[tuple[int, bool]]:
+        if case.position_bands:  # a PIT check on MAX_CELLS cells, its slots at least the sequences (a stand-in)
+            return [(MAX_CELLS, False)]
         bins = min(support_size(64, case.length), PLAN_MAX_BINS)
         return [(bins, False), (bins, True)]
 

@@ -5,7 +5,8 @@
 generate calls of the case's requests
 (:func:`~specexact.audit.cases.e2e.engine_call.generate_call`), the first call's requests
 again for reproducibility, and checks each class's outputs
-(:mod:`~specexact.audit.cases.e2e.checks`). A crash, a hang or a break of the output
+(:mod:`~specexact.audit.cases.e2e.checks`), or, for a long case, every emitted token
+(:mod:`~specexact.audit.cases.e2e.token_checks`). A crash, a hang or a break of the output
 protocol is a defect; after a crash of a call holding several classes, the classes that
 crash alone are named and the case goes on with the others. An engine that cannot be loaded
 again in this process after a crash leaves the rest to a fresh process
@@ -22,7 +23,8 @@ import torch
 
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
-from specexact.audit.cases.e2e.laws import class_laws
+from specexact.audit.cases.e2e.laws import case_models, class_laws
+from specexact.audit.cases.e2e.token_checks import band_checks
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
     ensure_loaded,
@@ -92,7 +94,9 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
             return result
         # the exact laws first (cached per process): the checks after the calls are then short
         # and their time is known before the calls stop (tail_s below)
-        timed("laws", lambda: [class_laws(case, c, caps) for c in range(C)])
+        # (a long case's laws are conditional on the outputs: computed by its checks)
+        timed("laws", lambda: case_models(case) if case.position_bands else [class_laws(case, c, caps)
+                                                                             for c in range(C)])
         where = "speculative generate call 0"
         checks_s = 0.0  # the checks' predicted seconds: one class's checks timed on the first call's outputs
         try:
@@ -115,13 +119,15 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 now = time.perf_counter()
                 if b == 1 and time_budget_s is not None:
                     checks_s = timed("checks", _checks_seconds, case, caps, spec[0], plain[0], first_round[0],
-                                     false_fail_rate, min_expected)
+                                     false_fail_rate, min_expected, result.seed)
                     now = time.perf_counter()
                 # stop before the next two calls, the reproducibility calls (one more pair) and
                 # the checks would pass the case's time (a pair at the slower of its last and mean time)
                 pair_s = max(now - t_pair, (now - t_calls) / b)
+                # a long case's checks grow with its outputs (one teacher-forced forward per output)
+                tail_checks_s = checks_s * (b + 1) if case.position_bands else checks_s
                 if enough_calls(b, num_batches, time_budget_s, now - start, min_batches, call_s=pair_s,
-                                tail_s=pair_s + checks_s):
+                                tail_s=pair_s + tail_checks_s):
                     break
             where = "the reproducibility calls"
             again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True)[1],
@@ -153,9 +159,13 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
         t = time.perf_counter()
         result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate))
         all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
-        for c in range(C):
-            result.checks.extend(class_checks(case, c, caps, all_spec[c::C], all_plain[c::C],
-                                               [row[c::C] for row in first_round], false_fail_rate, min_expected))
+        if case.position_bands:
+            result.checks.extend(band_checks(case, caps, all_spec, all_plain, result.seed, false_fail_rate,
+                                             min_expected))
+        else:
+            for c in range(C):
+                result.checks.extend(class_checks(case, c, caps, all_spec[c::C], all_plain[c::C],
+                                                  [row[c::C] for row in first_round], false_fail_rate, min_expected))
         phases["checks"] = phases.get("checks", 0.0) + time.perf_counter() - t
         return result
     finally:
@@ -163,12 +173,16 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
 
 
 def _checks_seconds(case: E2ECase, caps, spec: torch.Tensor, plain: torch.Tensor, first_round: list, alpha: float,
-                    min_expected: float) -> float:
+                    min_expected: float, seed: int) -> float:
     """The case's checks' predicted seconds: class 0's checks timed on one call's outputs
     (``[B, L]`` each; their results are not kept), times the number of classes. The laws are
-    computed by then, so what is left is counting, nearly the same for one call as for many."""
+    computed by then, so what is left is counting, nearly the same for one call as for many.
+    A long case's per-token checks on one call's outputs: their seconds per call."""
     C = len(case.row_classes)
     t = time.perf_counter()
+    if case.position_bands:
+        band_checks(case, caps, spec, plain, seed, alpha, min_expected)
+        return time.perf_counter() - t
     class_checks(case, 0, caps, spec[0::C], plain[0::C], [first_round[0::C]], alpha, min_expected)
     return C * (time.perf_counter() - t)
 

@@ -117,8 +117,10 @@ def test_a_findings_reproduction_reruns_the_engines_case_at_the_same_per_check_r
                        finished_at=report["finished_at"], wall_time_s=report["wall_time_s"])
     [finding] = new["findings"]
     command = shlex.split(finding["reproduction"]["command"])
-    assert command[:4] == ["specexact", "audit", "--engine", "builtin"] and "--case" not in command
-    for flag, value in [("--method", "draft_model"), ("--pair", small.pair), ("--requests-per-class", "2")]:
+    assert command[:4] == ["specexact", "audit", "--engine", "builtin"]
+    # --case names the engine's case among its end-to-end cases (the long case is one too)
+    for flag, value in [("--method", "draft_model"), ("--pair", small.pair), ("--requests-per-class", "2"),
+                        ("--case", small.name)]:
         assert command[command.index(flag) + 1] == value
     out = tmp_path / "again.json"
     main(command[1:] + ["--json", str(out), "--report-dir", str(tmp_path), "--no-html", "--quiet", "--no-journal"])

@@ -58,7 +58,7 @@ def test_an_engine_that_cannot_start_again_goes_on_in_fresh_processes_with_the_c
     monkeypatch.delitem(sys.modules, "loads_once_mod", raising=False)  # its flag is per process
     out = tmp_path / "reports"
     code = main(["audit", "--engine", "loads_once_mod:TopKCrashesTheProcess", "--method", "draft_model",
-                 "--batches", "2", "--requests-per-class", "8", "--threads", "1", "--false-fail-rate",
+                 "--case", "e2e-llama-v64-draft_model-g2", "--batches", "2", "--requests-per-class", "8", "--threads", "1", "--false-fail-rate",
                  repr(alpha * CHECKS), "--no-html", "--no-journal", "--quiet", "--report-dir", str(out)])
     sys.modules.pop("loads_once_mod", None)
     assert code == 1

@@ -98,7 +98,7 @@ def test_an_engine_slow_at_two_threads_passes_a_budgeted_audit_with_a_short_call
     torch.set_num_threads(2)
     out = tmp_path / "reports"
     code = main(["audit", "--engine", "slowmod:SlowWhenThreaded", "--method", "draft_model", "--requests-per-class",
-                 "8", "--budget", "12", "--call-timeout", "6", "--report-dir", str(out), "--no-html", "--no-journal",
+                 "8", "--case", "e2e-llama-v64-draft_model-g2", "--budget", "12", "--call-timeout", "6", "--report-dir", str(out), "--no-html", "--no-journal",
                  "--quiet"])
     (path,) = out.glob("audit-*.json")
     report = json.loads(path.read_text())

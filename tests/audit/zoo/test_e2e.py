@@ -72,7 +72,7 @@ def test_the_classes_that_crash_are_named_and_the_others_audited(alpha):
     # its replay is the engine's end-to-end audit of the same case, not a verify-level one
     command = report["findings"][0]["reproduction"]["command"]
     assert command.startswith("specexact audit --engine ") and "--method draft_model --pair llama-v64" in command
-    assert "--requests-per-class 64" in command and "--case" not in command
+    assert "--requests-per-class 64" in command and f"--case {case.name}" in command
     # its calls: one past those the other classes ran (they reach the crash at call 0 and
     # sample as much as the audit did), not the plan's number (often far more than ran)
     from specexact.audit.verdict.reproduction_commands import case_reproduction

@@ -23,7 +23,8 @@ def test_temperature_lost_from_position_16_fails_the_bands_from_16_on_and_passes
     engine = TemperatureLostFromPosition16()
     case = long_case(engine, "draft_model", requests_per_class=8)
     report = run_audit(engine, cases=[case], num_batches=2, budget_s=None,
-                       false_fail_rate=alpha * checks_per_case(case), sampler_name=engine.name, fuzz=False)
+                       false_fail_rate=alpha * checks_per_case(case), sampler_name=engine.name, fuzz=False,
+                       threads=1)
     assert report["verdict"] == "fail"
     (rep,) = report["cases"]
     checks = {c["name"]: c for c in rep["checks"]}
