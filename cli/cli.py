@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: llama-v64)")
     a.add_argument("--requests-per-class", type=int, default=None, metavar="N",
                    help="with --engine: requests of each row class per generate call (default: 256; the long "
-                        "case keeps its 16)")
+                        "case keeps its 8)")
     a.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="time for the audit (of this shard): sample sizes are planned from the power functions "
                         "to fit it; they depend on the machine's speed, not on the data "

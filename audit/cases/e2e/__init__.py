@@ -26,8 +26,11 @@ Per row class ``c`` (one request shape), on ``n`` speculative and ``n`` plain se
   draft-model methods, engines that report it, and classes where the law is known (no EOS; no
   output penalties when the first round follows a target-sampled token);
 
-and per case ``reproducible`` (defect): the first call's requests generated again, speculative
-and plain, must give the same outputs token for token (the engine's seeds are used), and
+(a long case, :func:`~.catalog.long_case`: instead, per path and band of output positions,
+``token_law[positions a-b]`` and ``plain_token_law[...]``, the randomised PIT of every
+emitted token under its conditional law, :mod:`.token_checks`) and per case
+``reproducible`` (defect): the first call's requests generated again, speculative and plain,
+must give the same outputs token for token (the engine's seeds are used), and
 ``defect``: a crash or a break of the output protocol
 (:func:`~specexact.decoders.engines.check_generation_results`).
 
@@ -46,6 +49,7 @@ The package, one module per job:
 - :mod:`.fresh_process`: a case whose engine cannot be loaded again after a crash goes on in
   fresh processes (the run room starts them);
 - :mod:`.checks`: the checks and their count;
+- :mod:`.token_checks`: the long case's per-token checks by position band;
 - :mod:`.run`: running a case (:func:`~.run.run_e2e_case`);
 - :mod:`.kind`: the case kind, :data:`~.kind.CASE_KIND`.
 """

@@ -79,7 +79,7 @@ LONG_BANDS = ((0, 8), (8, 16), (16, 32), (32, 48))
 LONG_GAMMA = 4
 """γ of the long case (whatever the enumerable cases use)."""
 
-LONG_REQUESTS_PER_CLASS = 16
+LONG_REQUESTS_PER_CLASS = 8
 """Requests of each long-case class per generate call (its calls are long: 48 tokens)."""
 
 LONG_PROMPT_LENGTHS = (1, 7, 19, 41)

@@ -38,7 +38,7 @@ def test_the_long_case_has_long_outputs_mixed_prompts_gamma_4_and_eos_inside_a_w
     assert not any(c.position_bands for c in e2e_cases(BuiltinEngine()))
     cases = e2e_cases(BuiltinEngine(), long_case_too=True)
     assert [c.name for c in cases if c.position_bands] == [CASE.name]
-    assert [c.requests_per_class for c in cases if c.position_bands] == [16]
+    assert [c.requests_per_class for c in cases if c.position_bands] == [8]
 
 
 def test_band_layout_errors_name_the_field():

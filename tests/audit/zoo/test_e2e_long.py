@@ -44,3 +44,5 @@ def test_temperature_lost_from_position_16_fails_the_bands_from_16_on_and_passes
     # its replay selects the long case by name
     command = report["findings"][0]["reproduction"]["command"]
     assert f"--case {case.name}" in command and "--requests-per-class" not in command, command
+    python = report["findings"][0]["reproduction"]["python"]
+    assert "long_case_too=True, long_requests_per_class=8" in python and repr(case.name) in python, python
