@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
+import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,6 +87,29 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
+def _probe_address(address: str, timeout_s: float = 10.0) -> None:
+    """A ``host:port`` (or ``ray://host:port``) address where nothing answers is refused at
+    once: Ray's own connection retries it without end."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d+)", address or "")
+    if m is None:  # "auto", "local", none: Ray finds or starts the cluster itself
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s).close()
+    except OSError as exc:
+        raise CliError(f"--ray {address}: no Ray cluster answers there ({type(exc).__name__}: "
+                       f"{' '.join(str(exc).split())[:200]})") from None
+
+
+def _check_resources(ray, cpus: float, gpus: float) -> None:
+    """Refuse shards that no node can run (they would wait for ever)."""
+    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    if any(r.get("CPU", 0.0) >= cpus and r.get("GPU", 0.0) >= gpus for r in nodes):
+        return
+    have = ", ".join(f"{r.get('CPU', 0.0):g} CPU(s) and {r.get('GPU', 0.0):g} GPU(s)" for r in nodes) or "none alive"
+    raise CliError(f"no node of the Ray cluster can run a shard: each asks for {cpus:g} CPU(s) and {gpus:g} GPU(s) "
+                   f"(--ray-cpus, --ray-gpus); its nodes have {have}")
+
+
 def _connect(ray, address: str):
     import logging
 
@@ -126,6 +151,7 @@ def ray_audit_command(args, audit_parser: argparse.ArgumentParser) -> int:
     from rich.markup import escape
 
     _validate(args)
+    _probe_address(args.ray)
     try:
         import ray  # optional and heavy: only a --ray run imports it
     except ImportError:
@@ -171,6 +197,7 @@ def _run_on_ray(ray, args, arguments: list[str], n: int, journal: ShardJournal, 
     failed: dict[int, str] = {}
     try:
         _connect(ray, args.ray)
+        _check_resources(ray, args.ray_cpus, _gpus(args))
         with _sigterm_as_interrupt():  # after ray.init, which installs a SIGTERM handler of its own (an abort)
             _wait_for_shards(ray, args, arguments, n, journal, done, console, failed)
     except KeyboardInterrupt:

@@ -257,3 +257,12 @@ def test_a_terminated_driver_exits_2_with_one_line_and_keeps_the_finished_shard(
     assert errors[0].startswith("specexact: error: interrupted; 1 finished shard kept in the journal ")
     assert [f.name for f in journal.glob("ray-*/*")] == ["shard-1-of-2.json"]
     assert not list((tmp_path / "ray").glob("audit-*"))
+
+
+def test_shards_no_node_can_run_are_refused_with_one_line(cluster, gate, tmp_path):
+    """A shard asking for more CPUs than any node has would wait for ever (a new user's trial)."""
+    proc = run_ray(cluster, tmp_path / "ray", GATED, 2, "--ray-cpus", "64")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("specexact: error: no node of the Ray cluster can run a shard: each asks for 64 CPU(s)")
+    assert calls(gate) == []  # no shard ran

@@ -137,3 +137,11 @@ def test_ray_arguments_refused_exit_2_with_one_line(argv, words, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("specexact: error: ") and words in err
     assert not (tmp_path / "r").exists()
+
+
+def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path, capsys):
+    """Ray's own connection retries such an address without end (a new user's trial: still
+    waiting after 7.5 minutes); it is refused before Ray is imported."""
+    assert main(["audit", *SMALL, "--ray", "127.0.0.1:1", "--shards", "2", "--report-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specexact: error: --ray 127.0.0.1:1: no Ray cluster answers")
