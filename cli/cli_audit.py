@@ -14,16 +14,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from specexact.cli_fuzz import audit_fuzz_settings, fuzz_status, print_fuzz
 
 from specexact.cli_common import (DEFAULT_BUDGET_S, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, JOURNAL_SUBDIR, QUICK_BUDGET_S,
-                         CliError, os_error_line)
+                         CliError, os_error_line, sigterm_as_interrupt)
 from specexact.cli_output import fmt_tv, prepare_dir, prepare_file, print_table, write_outputs
 
 __all__ = ["audit_command", "case_summary", "import_path_as_python_m", "print_findings"]
@@ -162,23 +160,6 @@ def _engine_and_cases(args):
                            f"{names}")
         cases = [c for c in cases if c.name in args.case]
     return engine, target, cases
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (a cancelled CI job) ends the audit like Ctrl-C: with the resume message."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class _Display:
@@ -410,7 +391,7 @@ def audit_command(args) -> int:
     # every call limited (an engine: its load and generate calls, audit.call_timeout.TimedEngine)
     sampler = with_call_timeout(verifier, getattr(args, "call_timeout", None) or None)
     try:
-        with _sigterm_as_interrupt(), display.progress:
+        with sigterm_as_interrupt(), display.progress:
             try:
                 report = run_audit(sampler, settings, on_status=display)
             finally:
@@ -442,7 +423,7 @@ def audit_command(args) -> int:
             console.print(escape(diff.summary()))
     from specexact.reports import report_stem
 
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             paths = write_outputs(report, report_dir=args.report_dir, stem=report_stem(sampler_name, shard=shard),
                                   json_path=args.json, html=not args.no_html, history_limit=args.history,

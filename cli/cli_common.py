@@ -12,8 +12,10 @@ failure.
 from __future__ import annotations
 
 import os
+import signal
+from contextlib import contextmanager
 
-__all__ = ["EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "CliError", "os_error_line", "DEFAULT_BUDGET_S",
+__all__ = ["sigterm_as_interrupt", "EXIT_PASS", "EXIT_FAIL", "EXIT_ERROR", "CliError", "os_error_line", "DEFAULT_BUDGET_S",
            "QUICK_BUDGET_S", "JOURNAL_SUBDIR", "DEFAULT_CLI_CALL_TIMEOUT_S", "DEFAULT_REPORT_DIR"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
@@ -53,3 +55,22 @@ def os_error_line(exc: OSError, what: str = "") -> str:
     where = " -> ".join(os.fspath(p) if not isinstance(p, int) else f"fd {p}" for p in paths)
     head = " ".join(part for part in (what, where) if part)
     return f"{head}: {reason}" if head else reason
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (a cancelled CI job) raises :class:`KeyboardInterrupt` inside the block, so a
+    command ends as on Ctrl-C (exit 2, its journal kept); outside the main thread signals
+    are left alone."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import socket
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
-from specexact.cli_common import EXIT_ERROR, JOURNAL_SUBDIR, CliError
+from specexact.cli_common import JOURNAL_SUBDIR, CliError, sigterm_as_interrupt
 from specexact.cli_output import prepare_dir, prepare_file
 from specexact.cli_ray_shard import ShardFailed, ShardJournal, failure_line, run_key, run_shard, shard_arguments
 
@@ -120,23 +118,6 @@ def _connect(ray, address: str):
                        f"{' '.join(str(exc).split())[:300]}") from exc
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (a cancelled CI job) ends the driver like Ctrl-C: exit 2, the journal kept."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def ray_audit_command(args, audit_parser: argparse.ArgumentParser) -> int:
     """Run ``specexact audit --ray`` (module docstring); return the exit status.
 
@@ -198,7 +179,7 @@ def _run_on_ray(ray, args, arguments: list[str], n: int, journal: ShardJournal, 
     try:
         _connect(ray, args.ray)
         _check_resources(ray, args.ray_cpus, _gpus(args))
-        with _sigterm_as_interrupt():  # after ray.init, which installs a SIGTERM handler of its own (an abort)
+        with sigterm_as_interrupt():  # after ray.init, which installs a SIGTERM handler of its own (an abort)
             _wait_for_shards(ray, args, arguments, n, journal, done, console, failed)
     except KeyboardInterrupt:
         kept = len(journal.finished())
