@@ -217,6 +217,9 @@ class DecoderKind:
             return None, reason
         return case.restricted(keep), reason
 
+    def fixed_calls(self, case) -> int:
+        return 0
+
     def planning_checks(self, case) -> list[tuple[int, bool]]:
         V, L = case.model.vocab_size, case.length
         if case.exact:

@@ -47,6 +47,11 @@ class CaseKind(Protocol):
         """``(num_bins, two_sample)`` stand-ins of the chi-square checks one row class
         runs (the planner's detectable TV)."""
 
+    def fixed_calls(self, case) -> int:
+        """Calls ``case`` makes beyond its planned ones, at the cost of one planned call
+        each, whatever its number of calls (an end-to-end case's reproducibility pair: 1;
+        other kinds: 0). The planner counts them in the case's minimum and its share."""
+
     def prepare(self, case, device: torch.device, sampler) -> Any:
         """What one timed call needs, built untimed (models, batches, laws)."""
 

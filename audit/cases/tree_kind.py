@@ -206,6 +206,9 @@ class TreeKind:
     def restrict(self, case: TreeCase, verifier):
         return restrict_tree_case(case, verifier)
 
+    def fixed_calls(self, case) -> int:
+        return 0
+
     def planning_checks(self, case: TreeCase) -> list[tuple[int, bool]]:
         return [(min(support_size(case.model.vocab_size, case.length), PLAN_MAX_BINS), False),
                 (case.depth + 1, False)]

@@ -168,6 +168,9 @@ class VerifyKind:
                           "takes logits")
         return case, None
 
+    def fixed_calls(self, case) -> int:
+        return 0
+
     def planning_checks(self, case: VerifyCase) -> list[tuple[int, bool]]:
         """``first_token_law`` and ``accepted_length`` (its conditional ``recovered_token_law``
         / ``bonus_token_law`` checks see only part of the rows and report their own, larger,

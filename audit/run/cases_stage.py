@@ -37,7 +37,7 @@ from specexact.audit.run.plan import (
     required_batches,
 )
 from specexact.audit.run.resolve import ResolvedAudit
-from specexact.audit.run.sample_sizes import MIN_BATCHES, approx_detectable_tv, rows_per_class
+from specexact.audit.run.sample_sizes import MIN_BATCHES, approx_detectable_tv, fixed_calls, rows_per_class
 from specexact.decoders import workspace
 
 __all__ = ["AuditRun", "CasesOutcome", "open_audit", "run_cases", "now"]
@@ -133,16 +133,17 @@ class AuditRun:
             # plan says the budget is overrun.
             keep = [True] * len(remaining)
         else:
-            keep = cases_within_budget(all_rc, time_left, overhead,
+            keep = cases_within_budget(all_rc, time_left, overhead, extra_calls=[fixed_calls(c) for c in remaining],
                                        keep_one=not self.finished and not self.cases_run)
         skipped = [{"case": c.name, "seconds_per_call": cost,
-                    "reason": (f"budget: its minimum of {MIN_BATCHES} decoder calls (≈{MIN_BATCHES * cost:.0f} s at the "
-                               f"measured speed) did not fit the {max(time_left, 0):.0f} s left with the "
+                    "reason": (f"budget: its minimum of {_minimum_calls(c)} decoder calls "
+                               f"(≈{(MIN_BATCHES + fixed_calls(c)) * cost:.0f} s at the measured speed) did not fit the {max(time_left, 0):.0f} s left with the "
                                "cheaper cases first")}
                    for c, cost, k in zip(remaining, all_rc, keep) if not k] + untimed
         remaining = [c for c, k in zip(remaining, keep) if k]
         rc = [cost for cost, k in zip(all_rc, keep) if k]
-        left = time_left - overhead * len(remaining)
+        # an end-to-end case's reproducibility pair comes out of the time first (fixed_calls)
+        left = time_left - overhead * len(remaining) - sum(fixed_calls(c) * cost for c, cost in zip(remaining, rc))
         if self.floor_time_s is None:  # the floors' time: a share of the first plan's sampling time
             self.floor_time_s = FLOOR_SHARE * max(left, 0.0)
         floors = floor_batches(remaining, rc, left, alpha, floor_time_s=self.floor_time_s)
@@ -157,9 +158,12 @@ class AuditRun:
                                f"leaves for it: it gets at least {f}")
                       for c, cost, f, w in zip(remaining, rc, floors, (required_batches(c, alpha) for c in remaining))
                       if f < w}
+        need = sum((MIN_BATCHES + fixed_calls(c)) * x for c, x in zip(remaining, rc)) + overhead * len(remaining)
         short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
-                                     f"{sum(2 * x for x in rc) + overhead * len(remaining):.0f} s more; each runs "
-                                     "its minimum of 2 decoder calls")
+                                     f"{need - max(time_left, 0.0):.0f} s more ({need:.0f} s in all); each runs "
+                                     f"its minimum of {MIN_BATCHES} decoder calls"
+                                     + (" (an end-to-end case two call pairs and its reproducibility pair)"
+                                        if any(fixed_calls(c) for c in remaining) else ""))
         if short and not self.notes:
             self.notes.append(short)
         note = "; ".join(filter(None, [
@@ -169,6 +173,12 @@ class AuditRun:
         # runs under: run_cases; an early plan's shortfall may not last)
         return AuditPlan("budget", budget, self.pilot_s, alpha, tv, feasible and not skipped, cps, note,
                          fuzz=self.fuzz_plan, skipped=skipped)
+
+
+def _minimum_calls(case) -> str:
+    """A case's fewest calls, in words (reports)."""
+    extra = fixed_calls(case)
+    return f"{MIN_BATCHES}" + (f" + {extra} (its reproducibility pair)" if extra else "")
 
 
 def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> AuditRun:
@@ -316,14 +326,16 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
                 "elapsed_s": run.elapsed()})
         if settings.mode == "budget":
             cost_of = run.cost_of
-            share = (cp.planned_batches - 0.5) * cp.seconds_per_batch
+            # (an end-to-end case's reproducibility pair is part of its share: fixed_calls)
+            extra_of = {c.name: fixed_calls(c) for c in cases}
+            share = (cp.planned_batches + extra_of[case.name] - 0.5) * cp.seconds_per_batch
             # Never more than the time left after the later cases' floors (their minimum). A no-op when the
             # plan fits; it matters when the prediction is far off (a sampler much slower,
             # relative to the pilot, on earlier cases than on this one), which would
             # otherwise stretch the case past the budget.
             later = [c for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
             left = settings.budget_s - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
-                c.min_batches * cost_of[c.name] * run.speed() for c in later)  # their floors
+                (c.min_batches + extra_of[c.name]) * cost_of[c.name] * run.speed() for c in later)  # their floors
             sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3),
                      "min_batches": cp.min_batches}
         else:

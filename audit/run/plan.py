@@ -189,11 +189,11 @@ def floor_batches(cases: Sequence[AuditCase], costs: Sequence[float], available_
 
 
 def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: float = 0.0, *,
-                        keep_one: bool = True) -> list[bool]:
+                        keep_one: bool = True, extra_calls: Sequence[int] | None = None) -> list[bool]:
     """Which cases keep their place when the minimum of every case does not fit the budget.
 
-    Each case costs at least :data:`~specexact.audit.run.sample_sizes.MIN_BATCHES` calls plus
-    ``overhead_s``. When all of them fit ``available_s``, every case runs. Otherwise the
+    Each case costs at least :data:`~specexact.audit.run.sample_sizes.MIN_BATCHES` calls, its
+    ``extra_calls`` (:func:`~specexact.audit.run.sample_sizes.fixed_calls`) and ``overhead_s``. When all of them fit ``available_s``, every case runs. Otherwise the
     cheapest cases run (the smallest vocabularies first: the most evidence per second), as many
     as fit, and the others are left out, so the audit ends within its budget instead of running
     every case at its minimum past it. With ``keep_one`` (no case of the audit has run yet) the
@@ -210,13 +210,19 @@ def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: 
         Seconds per case outside its calls.
     keep_one : bool
         Keep the cheapest case even when it does not fit.
+    extra_calls : sequence of int, optional
+        Calls each case makes beyond its planned ones (an end-to-end case's reproducibility
+        pair), at its cost per call; default none.
 
     Returns
     -------
     list of bool
         ``keep[c]``: case ``c`` runs.
     """
-    need = [MIN_BATCHES * c + overhead_s for c in costs]
+    extra = [0] * len(costs) if extra_calls is None else [int(e) for e in extra_calls]
+    if len(extra) != len(costs):
+        raise ValueError(f"extra_calls has {len(extra)} entries for {len(costs)} costs")
+    need = [(MIN_BATCHES + e) * c + overhead_s for c, e in zip(costs, extra)]
     if sum(need) <= available_s:
         return [True] * len(costs)
     keep = [False] * len(costs)

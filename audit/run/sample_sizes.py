@@ -23,6 +23,7 @@ __all__ = [
     "MIN_BATCHES",
     "FALSE_PASS_RATE",
     "planning_checks",
+    "fixed_calls",
     "rows_per_class",
     "approx_detectable_tv",
     "even_batches",
@@ -48,6 +49,12 @@ def planning_checks(case: AuditCase) -> list[tuple[int, bool]]:
     every class sets one) and ``sequences_vs_naive``.
     """
     return kind_of(case).planning_checks(case)
+
+def fixed_calls(case: AuditCase) -> int:
+    """Calls ``case`` makes beyond its planned ones (:meth:`~specexact.audit.cases.protocol.CaseKind.fixed_calls`:
+    an end-to-end case's reproducibility pair), each at the cost of a planned call."""
+    return int(kind_of(case).fixed_calls(case))
+
 
 def rows_per_class(case: AuditCase) -> int:
     return case.batch_size // len(case.row_classes)

@@ -53,6 +53,10 @@ class E2EKind:
             return None, reason
         return case.restricted(keep), reason
 
+    def fixed_calls(self, case: E2ECase) -> int:
+        """The reproducibility pair (the first call's requests again, speculative and plain)."""
+        return 1
+
     def planning_checks(self, case: E2ECase) -> list[tuple[int, bool]]:
         if case.position_bands:  # a PIT check on MAX_CELLS cells, its slots at least the sequences (a stand-in)
             return [(MAX_CELLS, False)]

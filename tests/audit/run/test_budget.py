@@ -464,3 +464,34 @@ def test_a_quick_audit_leaves_no_case_out_for_the_budget(one_thread, alpha):
     assert not [s for s in report["settings"]["skipped_cases"] if s.get("kind") == "budget"]
     assert report["plan"]["skipped"] == []
     assert report["plan"]["feasible"] or "budget too small" in report["plan"]["note"]  # an overrun is said
+
+
+def test_cases_within_budget_counts_a_cases_extra_calls():
+    # two cases of 1 s per call: their minimum of 2 calls each fits 4.5 s; with the first
+    # case's reproducibility pair (one more call) the two need 5 s and only the cheapest stays
+    assert cases_within_budget([1.0, 1.0], available_s=4.5) == [True, True]
+    assert cases_within_budget([1.0, 1.0], available_s=4.5, extra_calls=[1, 0]) == [True, False]
+    with pytest.raises(ValueError, match="extra_calls has 1 entries for 2 costs"):
+        cases_within_budget([1.0, 1.0], available_s=4.5, extra_calls=[1])
+
+
+def test_an_end_to_end_cases_minimum_counts_its_reproducibility_pair(monkeypatch):
+    """The first plan's "need at least" of an end-to-end case: two call pairs and the
+    reproducibility pair (it said two pairs, and a 60 s audit under load ran past it)."""
+    from specexact.audit.cases.e2e.catalog import e2e_cases
+    from specexact.audit.core.settings import AuditSettings
+    from specexact.audit.run.cases_stage import open_audit
+    from specexact.audit.run.resolve import resolve_audit
+    from specexact.audit.run.sample_sizes import fixed_calls
+    from specexact.decoders.engines.builtin import BuiltinEngine
+
+    engine = BuiltinEngine()
+    case = e2e_cases(engine, "draft_model", requests_per_class=2)[0]
+    assert fixed_calls(case) == 1 and fixed_calls(quick_cases()[0]) == 0
+    _fixed_pilot(monkeypatch, 10.0)  # one call pair: 10 s
+    run = open_audit(resolve_audit(engine, AuditSettings(cases=(case,), budget_s=25.0, false_fail_rate=1e-6)))
+    monkeypatch.setattr(run, "elapsed", lambda: 0.0)
+    plan = run.plan([case])
+    need = 3 * 10.0 + run.overhead()
+    assert not plan.feasible and f"need at least {need - 25.0:.0f} s more ({need:.0f} s in all)" in plan.note
+    assert "its reproducibility pair" in plan.note

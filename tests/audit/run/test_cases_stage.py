@@ -52,7 +52,10 @@ def test_a_budget_audit_chooses_its_threads_records_them_and_restores_the_caller
     report = run_audit(verify, cases=CASES, budget_s=6.0, false_fail_rate=alpha * CHECKS)
     threads = report["settings"]["threads"]
     assert threads["chosen_by"] == "measured" and threads["threads"] in (1, 2)
-    assert set(threads["seconds"]) == {"1", "2"}
+    # one thread is always timed; two only where its probe fits the probes' share of the 6 s
+    # (on a loaded machine it does not: tests/audit/run/test_pilot.py holds that rule)
+    assert "1" in threads["seconds"] and set(threads["seconds"]) <= {"1", "2"}
+    assert str(threads["threads"]) in threads["seconds"]
     assert report["environment"]["torch_num_threads"] == threads["threads"]
     assert torch.get_num_threads() == 2
     batches = run_audit(verify, cases=CASES[:1], num_batches=2, budget_s=None, false_fail_rate=alpha * CHECKS)
