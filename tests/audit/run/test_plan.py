@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specexact.audit import quick_cases
-from specexact.audit.run.pilot import (THREAD_ABANDON, ThreadChoice, pilot_with_thread_choice, thread_candidates)
+from specexact.audit.run.pilot import (THREAD_ABANDON, pilot_with_thread_choice, thread_candidates)
 from specexact.decoders import verify
 
 CASES = [c for c in quick_cases() if c.name in ("v8-plain", "v12-eos-cut")]
