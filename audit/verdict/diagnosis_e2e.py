@@ -20,6 +20,8 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
 - ``accepted_length[class c]`` (the first round's accepted count against its exact law):
   drafting, target forward, the acceptance rule, batching and the class's processing;
 - ``reproducible``: seeds; ``defect`` (crash, hang, protocol break): the protocol;
+  ``token_logprobs`` / ``plain_token_logprobs`` (the reported logprobs against the exact
+  law): the reported logprobs;
 - a long case's ``token_law[positions a-b]`` / ``plain_token_law[...]`` (every emitted token
   of every class in a band of output positions): as ``sequence_law`` / ``plain_sequence_law``;
   located by band, not class (:mod:`~specexact.audit.verdict.diagnosis_bands`).
@@ -27,7 +29,8 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
 A part reads ``"pass"`` when its checks ran and passed, ``"not_tested"`` when none covered
 it. Failures are located, where the checks allow (**heuristics**, ``heuristic`` true):
 
-- ``defect`` fails the protocol and ``reproducible`` the seeds (direct);
+- ``defect`` fails the protocol, ``reproducible`` the seeds and a logprob check the reported
+  logprobs (direct);
 - *by class*: when the failing classes share a feature that a passing class lacks (an
   operation of their processing, ``min_tokens``, EOS), the fault follows that
   feature: per-prefix processing (or EOS / length for EOS), the other parts their checks
@@ -62,13 +65,18 @@ E2E_PARTS = (
     ("eos_cut", "EOS / length bookkeeping"),
     ("seeds", "seeds (same seed, same output)"),
     ("batching", "batching (all classes in one call)"),
+    ("logprobs", "reported logprobs"),
     ("protocol", "protocol (crash, hang, output)"),
     ("emitted_law", "emitted law (sequences)"),
 )
 """The parts of an end-to-end diagnosis, in report order: ``(key, label)``."""
 
+_DIRECT = {"defect": "protocol", "reproducible": "seeds", "token_logprobs": "logprobs",
+           "plain_token_logprobs": "logprobs"}
+"""Check types that name their part directly (no heuristic)."""
+
 E2E_CHECK_TYPES = ("sequence_law", "sequences_vs_plain", "plain_sequence_law", "accepted_length", "reproducible",
-                   "defect", *BAND_CHECK_TYPES)
+                   "defect", "token_logprobs", "plain_token_logprobs", *BAND_CHECK_TYPES)
 """The check types of an end-to-end case (:mod:`specexact.audit.cases.e2e.checks`)."""
 
 _SPECULATIVE = ("drafting", "target_forward", "acceptance_rule", "recovered_token", "bonus_token", "eos_cut",
@@ -142,10 +150,8 @@ def coverage(chk: dict, classes: dict | None = None) -> set:
         parts = set(_PLAIN)
     elif t == "accepted_length":
         parts = set(_FIRST_ROUND)
-    elif t == "reproducible":
-        return {"seeds"}
-    elif t == "defect":
-        return {"protocol"}
+    elif t in _DIRECT:
+        return {_DIRECT[t]}
     else:
         return set()
     if processing:
@@ -228,11 +234,11 @@ def diagnose_e2e(report: dict) -> dict:
         parts["protocol"].update(status="pass", checks_run=len({c["case"] for c in checks}),
                                  tested_by=sorted({f"{c['case']} / every generate call" for c in checks}))
     located, explained, score, notes = {}, {}, defaultdict(int), []
-    for key, ctype in (("protocol", "defect"), ("seeds", "reproducible")):
+    for ctype, key in _DIRECT.items():
         bad = [c for c in checks if check_type(c) == ctype and not c["passed"]]
-        if bad:
+        if bad and key not in located:
             located[key] = _evidence(bad[0])
-    law_failed = [c for c in checks if not c["passed"] and check_type(c) not in ("defect", "reproducible")]
+    law_failed = [c for c in checks if not c["passed"] and check_type(c) not in _DIRECT]
     by_case = defaultdict(list)
     for c in checks:
         by_case[c["case"]].append(c)
@@ -308,7 +314,7 @@ def diagnose_e2e(report: dict) -> dict:
         strongest = sorted(bad, key=lambda c: (float(c["pvalue"]), c["case"], c["name"]))[0]
         if key in located:
             p["evidence"] = located[key]
-            p["heuristic"] = key not in ("protocol", "seeds")
+            p["heuristic"] = key not in _DIRECT.values()
         elif key in explained:
             p["explained_by"] = explained[key]
             p["evidence"] = _evidence(strongest)
@@ -324,7 +330,8 @@ def diagnose_e2e(report: dict) -> dict:
     culprits = [k for k in ["protocol"] + order[:-2] if k in located]  # a crash or hang first
     if parts["emitted_law"]["status"] == "fail":
         if culprits:
-            parts["emitted_law"]["explained_by"] = next((k for k in culprits if k not in ("seeds",)), culprits[0])
+            parts["emitted_law"]["explained_by"] = next((k for k in culprits if k not in ("seeds", "logprobs")),
+                                                        culprits[0])
         elif law_failed:
             culprits.append("emitted_law")
     if culprits:

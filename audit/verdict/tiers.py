@@ -44,7 +44,7 @@ TIER_LABELS = {
 TIER_TEXT = {
     "inexact": "a law or per-decision check fails",
     "defect": "crash, hang, out-of-range id, zero-probability token, output protocol, inputs modified, "
-              "generator not used or not reproducible",
+              "generator not used or not reproducible, reported logprobs wrong",
     "under_accepting": "exact, but accepts less than its scheme's optimum",
     "hardening": "invalid input accepted, or refused with the wrong exception",
 }
@@ -68,6 +68,9 @@ CHECK_TIERS = {
     "plain_sequence_law": "inexact", "sequences_vs_plain": "inexact", "reproducible": "defect",
     # a long end-to-end case's per-token checks (audit/cases/e2e/token_checks.py)
     "token_law": "inexact", "plain_token_law": "inexact",
+    # an engine's reported logprobs against the exact law (audit/cases/e2e/logprob_checks.py):
+    # the outputs may be right; the numbers the engine reports are not
+    "token_logprobs": "defect", "plain_token_logprobs": "defect",
     # a crash, hang or protocol violation of a case
     "defect": "defect",
     # evidence spread over several checks (the audit's combined check, audit/checks/combined.py);

@@ -15,6 +15,11 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
   tokens of output position 16 on (the speculative path verifies them at temperature 1; the
   drafts keep it): only the long case (:func:`~specexact.audit.cases.e2e.catalog.long_case`)
   reaches those positions, and its per-token checks place the fault in the bands from 16 on;
+- :class:`LogprobsOfDraftLaw`: the outputs are right, but an accepted draft's reported logprob
+  is the draft's ``log q(d)`` instead of the target's ``log p(d)`` (the law the token has in
+  the output; vLLM #34497 reported logprobs that differ under speculative decoding): the
+  logprob checks (:mod:`~specexact.audit.cases.e2e.logprob_checks`) find it on the
+  speculative path only;
 - :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
   raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
   ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
@@ -40,6 +45,7 @@ from specexact.decoders.law_table import shared_laws
 from specexact.decoders.params import SamplingParams, batch_params
 
 __all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
+           "LogprobsOfDraftLaw",
            "TemperatureLostFromPosition16", "E2E_WRONG", "E2E_WRONG_LONG"]
 
 
@@ -133,6 +139,22 @@ class TemperatureLostFromPosition16(BuiltinEngine):
         return _TemperatureLostFrom(self.position)
 
 
+class LogprobsOfDraftLaw(BuiltinEngine):
+    """An accepted draft's logprob reported from the draft's law ``q`` (the recovered and
+    bonus tokens', and every plain token's, right)."""
+
+    name = "zoo-e2e:logprobs_of_draft_law"
+
+    def round_logprobs(self, record) -> torch.Tensor:
+        right = super().round_logprobs(record)  # [A, γ+1]
+        gamma = record.draft_token_ids.shape[1]
+        q = record.draft_probs.gather(2, record.draft_token_ids[..., None])[..., 0].to(torch.float64).log()  # [A, γ]
+        accepted = torch.arange(gamma)[None] < (record.num_emitted - 1)[:, None]  # [A, γ]
+        out = right.clone()
+        out[:, :gamma] = torch.where(accepted, q, right[:, :gamma])
+        return out
+
+
 class CrashesOnTopK(BuiltinEngine):
     """Speculative calls with a top-k request raise; every call raises after a crash until
     :meth:`load` runs again (a broken engine state)."""
@@ -162,6 +184,7 @@ E2E_WRONG = {
     "seed_ignored": SeedIgnored,
     "bonus_from_wrong_position": BonusFromWrongPosition,
     "crashes_on_top_k": CrashesOnTopK,
+    "logprobs_of_draft_law": LogprobsOfDraftLaw,
 }
 """The planted end-to-end faults by name (each caught by the enumerable case)."""
 

@@ -12,6 +12,12 @@ Requests of one call are grouped by prompt length, ``max_tokens``, ``min_tokens`
 give the same outputs (``per_request_seed=False``: a request's output depends on the call it
 is in). ``min_tokens`` is applied by setting EOS's raw logit to ``-inf`` on both models until
 that many tokens were generated (before any processing, as vLLM and Hugging Face do).
+
+Logprobs (``logprobs="processed"``): on the speculative path, the log of each emitted token's
+probability under the target law the verifier was given at its position (the decoder's
+float32 ``target_probs``, read by a round observer); on the plain path, the log of its
+probability under the processed law of the target at its prefix, recomputed after sampling in
+the models' float64 (:func:`~specexact.decoders.tiny_models.conditional_laws`).
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ class BuiltinEngine:
                                   per_request_seed=False, reports_acceptance=True, version="specexact",
                                   notes="one generator per group of requests, seeded from their seeds",
                                   acceptance_scheme="tokenwise", draft_sampling="request",
-                                  first_round_after_token=False)
+                                  first_round_after_token=False, logprobs="processed")
 
     def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
         """Load the target and the draft (``draft_dir`` is required: both methods draft with a model).
@@ -133,6 +139,33 @@ class BuiltinEngine:
         """The generator of a group of requests."""
         return torch.Generator().manual_seed(group_seed(seeds))
 
+    def round_logprobs(self, record) -> torch.Tensor:
+        """``[A, γ+1]`` float64: the logprob the engine reports for each token of a speculative
+        round's output (:class:`~specexact.decoders.RoundRecord`): the log of its probability
+        under the target law at its position (meaningless past ``num_emitted``)."""
+        out = record.output.clamp_min(0)
+        return record.target_probs.gather(2, out[..., None])[..., 0].to(torch.float64).log()
+
+    def _plain_logprobs(self, requests: Sequence[GenerationRequest],
+                        outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...]]:
+        """The plain path's logprobs of ``outputs`` (one per request), one forward per group of
+        requests with the same prompt and parameters."""
+        from specexact.decoders.processing import BUILTIN_PROCESSING
+        from specexact.decoders.tiny_models import conditional_laws
+
+        out: list[tuple[float, ...]] = [()] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for j, r in enumerate(requests):
+            if outputs[j]:
+                groups.setdefault((r.prompt_token_ids, r.params, r.min_tokens, r.eos_token_id), []).append(j)
+        for (prompt, params, min_tokens, eos), idx in groups.items():
+            laws = conditional_laws(self.target, prompt, [list(outputs[j]) for j in idx], params, BUILTIN_PROCESSING,
+                                    min_tokens=min_tokens if eos is not None else 0, eos_token_id=eos)
+            lp = laws.token_probs().log().tolist()
+            for row, j in enumerate(idx):
+                out[j] = tuple(float(x) for x in lp[row][: len(outputs[j])])
+        return out
+
     # --- generation --------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], *, speculative: bool) -> list[GenerationResult]:
         """Generate every request (module docstring); results in request order.
@@ -158,19 +191,30 @@ class BuiltinEngine:
                 target = MinTokensModel(target, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
                 draft = MinTokensModel(draft, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
             gen = self.generator([r.seed for r in reqs])
+            logprobs: list[list[float]] = [[] for _ in reqs]
+
+            def observe(record, logprobs=logprobs):
+                lp = self.round_logprobs(record).tolist()
+                for a, (row, kept) in enumerate(zip(record.rows.tolist(), record.num_kept.tolist())):
+                    logprobs[row].extend(lp[a][:kept])
+
             if speculative:
                 pairs = [self.speculative_params(r.params) for r in reqs]
                 out = speculative_generate(self.speculative_target(target), draft, prompts, [p for p, _ in pairs],
                                            [q for _, q in pairs], num_draft_tokens=self.num_speculative_tokens,
                                            max_new_tokens=max_tokens, generator=gen, eos_token_id=eos,
-                                           verifier=self.verifier)
+                                           verifier=self.verifier,
+                                           observer=observe if any(r.logprobs for r in reqs) else None)
                 first = out.accepted_lengths[:, 0].tolist()
             else:
                 out = naive_generate(target, prompts, [r.params for r in reqs], max_new_tokens=max_tokens,
                                      generator=gen, eos_token_id=eos)
                 first = [None] * len(reqs)
+            toks = [tuple(int(t) for t in row.tolist() if t >= 0) for row in out.tokens]
+            if not speculative and any(r.logprobs for r in reqs):
+                logprobs = self._plain_logprobs(reqs, toks)
             for j, i in enumerate(idx):
-                toks = tuple(int(t) for t in out.tokens[j].tolist() if t >= 0)
-                results[i] = GenerationResult(token_ids=toks, first_round_accepted=None if first[j] is None
-                                              else int(first[j]))
+                results[i] = GenerationResult(token_ids=toks[j], first_round_accepted=None if first[j] is None
+                                              else int(first[j]),
+                                              logprobs=tuple(logprobs[j]) if reqs[j].logprobs else None)
         return results  # type: ignore[return-value]

@@ -13,7 +13,11 @@ Layouts
   many, fewer only when it emitted ``eos_token_id`` (which it includes as the last token);
 - ``min_tokens``: EOS is masked (probability 0) until that many tokens were generated;
 - ``seed``: one per request; the same request with the same seed must give the same output
-  (a seeded engine that does not is a defect, found by the reproducibility check).
+  (a seeded engine that does not is a defect, found by the reproducibility check);
+- ``logprobs``: asked per request; an engine that declares them
+  (:attr:`EngineCapabilities.logprobs`) returns the natural log of each emitted token's
+  probability, one per token, under the law it declares (the processed law the token was
+  drawn from, or the raw model's); the audit compares them with the exact law at that prefix.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class GenerationRequest:
         stops it before ``max_tokens``.
     seed : int, default 0
         The request's seed (``>= 0``).
+    logprobs : bool, default False
+        Return the emitted tokens' logprobs (:attr:`GenerationResult.logprobs`); only asked
+        of an engine that declares them (:attr:`EngineCapabilities.logprobs`).
 
     Raises
     ------
@@ -77,6 +84,7 @@ class GenerationRequest:
     min_tokens: int = 0
     eos_token_id: int | None = None
     seed: int = 0
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         prompt = tuple(int(t) for t in self.prompt_token_ids)
@@ -129,12 +137,17 @@ class GenerationResult:
         law (:func:`~specexact.decoders.tiny_models.expected_acceptance`), whose context is
         the prompt, or the prompt and one target-sampled token when the engine declares
         ``first_round_after_token``.
+    logprobs : tuple of float or None
+        For a request that asked for them: the natural log of each token of ``token_ids``'s
+        probability as the engine reports it (one per token; ``-inf`` for probability 0),
+        under the law :attr:`EngineCapabilities.logprobs` declares; ``None`` otherwise.
     """
 
     token_ids: tuple[int, ...]
     num_draft_tokens: int | None = None
     num_accepted_tokens: int | None = None
     first_round_accepted: int | None = None
+    logprobs: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,11 @@ class EngineCapabilities:
     first_round_after_token : bool
         True when the first speculative round comes after one token that the target sampled
         alone (vLLM's prefill step), False when it drafts right after the prompt.
+    logprobs : {None, "processed", "raw"}
+        Whether the engine returns the emitted tokens' logprobs when a request asks, and of
+        which law: the processed law the token was drawn from (temperature, truncation,
+        penalties and the ``min_tokens`` mask as :attr:`processing` declares them), or the
+        raw model's (``log_softmax`` of the unprocessed logits); ``None``: not returned.
     """
 
     methods: tuple[str, ...]
@@ -190,8 +208,11 @@ class EngineCapabilities:
     acceptance_scheme: str = "tokenwise"
     draft_sampling: str = "request"
     first_round_after_token: bool = False
+    logprobs: str | None = None
 
     def __post_init__(self) -> None:
+        if self.logprobs not in (None, "processed", "raw"):
+            raise ValueError(f"logprobs must be None, 'processed' or 'raw', got {self.logprobs!r}")
         if self.acceptance_scheme not in ("tokenwise", "sample_compare"):
             raise ValueError(f"acceptance_scheme must be 'tokenwise' or 'sample_compare', got {self.acceptance_scheme!r}")
         if self.draft_sampling not in ("request", "temperature", "greedy"):
@@ -250,8 +271,9 @@ def check_generation_results(requests: Sequence[GenerationRequest], results: Seq
 
     Checked: one result per request; every token id an int in ``[0, vocab_size)``; at most
     ``max_tokens`` tokens; fewer only when the last one is the request's EOS; no EOS before
-    the last token; no EOS before ``min_tokens`` tokens. A violation is a defect on valid
-    input (an engine's bookkeeping of EOS / ``max_tokens`` / ``min_tokens``).
+    the last token; no EOS before ``min_tokens`` tokens; for a request that asked for
+    logprobs, one float per token (not NaN, at most 0). A violation is a defect on valid
+    input (an engine's bookkeeping of EOS / ``max_tokens`` / ``min_tokens`` / logprobs).
     """
     if len(results) != len(requests):
         return f"{len(results)} results for {len(requests)} requests"
@@ -269,6 +291,14 @@ def check_generation_results(requests: Sequence[GenerationRequest], results: Seq
             return f"request {i}: {len(toks)} tokens for max_tokens={req.max_tokens} without EOS at the end"
         if eos is not None and eos in toks and toks.index(eos) < req.min_tokens:
             return f"request {i}: EOS at index {toks.index(eos)} before min_tokens={req.min_tokens}"
+        if req.logprobs:
+            lp = res.logprobs
+            if lp is None or len(lp) != len(toks):
+                return (f"request {i}: asked for logprobs, got "
+                        f"{'none' if lp is None else f'{len(lp)} for {len(toks)} tokens'}")
+            bad = [x for x in lp if not isinstance(x, float) or x != x or x > 0.0]
+            if bad:
+                return f"request {i}: logprobs {bad[:3]} are not floats <= 0"
     return None
 
 

@@ -36,6 +36,13 @@ There is no presence or frequency penalty: a request with one is refused (``Valu
 naming the field) and :data:`TRANSFORMERS_E2E_PROCESSING` leaves them out, so the audit skips
 those rows.
 
+Logprobs (``logprobs="processed"``): for a request that asks, ``generate`` is called with
+``output_scores=True, return_dict_in_generate=True``; its ``scores`` are the processed
+logits each new token was chosen from (one ``[1, V]`` tensor per token, the accepted drafts'
+and the target's own alike under assisted generation), and the adapter reports
+``log_softmax(scores[j])[token_j]`` (in float64; the translation of a logits layout into a
+logprob, nothing repaired).
+
 Acceptance counts: transformers returns no acceptance metric. Its public ``streamer``
 argument receives the prompt, then each round's emitted tokens in one ``put`` (the accepted
 drafts and the target's own token). The adapter reports ``first_round_accepted`` as the
@@ -164,6 +171,7 @@ class TransformersEngine:
             acceptance_scheme="tokenwise",
             draft_sampling="request",
             first_round_after_token=False,
+            logprobs="processed",
         )
 
     def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
@@ -227,14 +235,21 @@ class TransformersEngine:
                     extra["assistant_model"] = self._draft
                 elif speculative:
                     kw = dict(kw, prompt_lookup_num_tokens=self._gamma)
+                if request.logprobs:
+                    kw = dict(kw, output_scores=True, return_dict_in_generate=True)
                 recorder = _RoundRecorder()
                 prompt = torch.tensor([request.prompt_token_ids], dtype=torch.int64)
                 torch.manual_seed(int(request.seed))
                 with torch.no_grad():
                     out = self._target.generate(prompt, attention_mask=torch.ones_like(prompt),
                                                 generation_config=GenerationConfig(**kw), streamer=recorder, **extra)
-                tokens = tuple(int(t) for t in out[0, prompt.shape[1]:].tolist())
-                results.append(GenerationResult(token_ids=tokens,
+                sequences = out.sequences if request.logprobs else out
+                tokens = tuple(int(t) for t in sequences[0, prompt.shape[1]:].tolist())
+                logprobs = None
+                if request.logprobs:
+                    logprobs = tuple(float(torch.log_softmax(s[0].to(torch.float64), -1)[t])
+                                     for s, t in zip(out.scores, tokens))
+                results.append(GenerationResult(token_ids=tokens, logprobs=logprobs,
                                                 first_round_accepted=self._first_round(request, recorder, speculative)))
         finally:
             torch.set_num_threads(threads)

@@ -46,10 +46,10 @@ class E2ERowClass:
         lim = f"max_tokens={self.max_tokens}" + (f" min_tokens={self.min_tokens}" if self.min_tokens else "")
         return f"prompt {list(self.prompt)}; {self.params.describe() or 'plain'}; {lim}; eos {'on' if self.eos else 'off'}"
 
-    def request(self, eos_token_id: int, seed: int) -> GenerationRequest:
+    def request(self, eos_token_id: int, seed: int, logprobs: bool = False) -> GenerationRequest:
         return GenerationRequest(prompt_token_ids=self.prompt, params=self.params, max_tokens=self.max_tokens,
                                  min_tokens=self.min_tokens, eos_token_id=eos_token_id if self.eos else None,
-                                 seed=seed)
+                                 seed=seed, logprobs=logprobs)
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,11 @@ class E2ECase:
         enumerate: it checks every emitted token's randomised PIT under its conditional law,
         one check per band and path (:mod:`~specexact.audit.cases.e2e.token_checks`), instead
         of the per-class sequence laws. ``None`` (default): the enumerable case.
+    check_logprobs : bool, default False
+        Whether the first call's requests (and the reproducibility call's, the same) ask for
+        logprobs and the two logprob checks run on them
+        (:mod:`~specexact.audit.cases.e2e.logprob_checks`); set when the case is made for an
+        engine that declares them.
     """
 
     name: str
@@ -95,6 +100,7 @@ class E2ECase:
     class_ids: tuple[int, ...] | None = None
     exact: bool = True
     position_bands: tuple[tuple[int, int], ...] | None = None
+    check_logprobs: bool = False
 
     def __post_init__(self) -> None:
         if not self.row_classes:
@@ -149,10 +155,11 @@ class E2ECase:
         return replace(self, row_classes=tuple(self.row_classes[c] for c in keep),
                        class_ids=tuple(self.class_id(c) for c in keep), check_acceptance=acc)
 
-    def requests(self, eos_token_id: int, call: int) -> list[GenerationRequest]:
-        """The requests of generate call ``call``: classes interleaved, seed ``call * B + r``."""
+    def requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
+        """The requests of generate call ``call``: classes interleaved, seed ``call * B + r``;
+        with ``logprobs`` each asks for its tokens' logprobs."""
         C, B = len(self.row_classes), self.batch_size
-        return [self.row_classes[r % C].request(eos_token_id, call * B + r) for r in range(B)]
+        return [self.row_classes[r % C].request(eos_token_id, call * B + r, logprobs) for r in range(B)]
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -118,6 +118,7 @@ def long_case(engine, method: str, *, pair: str = "llama-v64", requests_per_clas
         name=f"e2e-{pair}-{method}-long-g{LONG_GAMMA}", pair=pair, method=method, num_speculative_tokens=LONG_GAMMA,
         row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
         check_acceptance=(False,) * len(classes), position_bands=LONG_BANDS,
+        check_logprobs=caps.logprobs is not None,
         description=(f"{engine.name} {method}, γ={LONG_GAMMA}, on {pair}: 48-token outputs, prompts of "
                      f"{', '.join(map(str, LONG_PROMPT_LENGTHS))} tokens in one call, every token checked"),
         tags=("e2e", "long"))
@@ -154,6 +155,7 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
             num_speculative_tokens=num_speculative_tokens, row_classes=tuple(classes),
             requests_per_class=requests_per_class, engine=engine.name,
             check_acceptance=tuple(acceptance_known(caps, m, rc, num_speculative_tokens) for rc in classes),
+            check_logprobs=caps.logprobs is not None,
             description=f"{engine.name} {m}, γ={num_speculative_tokens}, on {pair}: the engine's own generate loop",
             tags=("e2e",)))
     if long_case_too:

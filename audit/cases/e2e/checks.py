@@ -36,13 +36,15 @@ E2E_CHECKS_PER_CLASS = 3
 where the case checks acceptance)."""
 
 
-def e2e_num_checks(num_classes: int, num_acceptance_checked: int, num_bands: int = 0) -> int:
+def e2e_num_checks(num_classes: int, num_acceptance_checked: int, num_bands: int = 0,
+                   check_logprobs: bool = False) -> int:
     """Checks of an end-to-end case: :data:`E2E_CHECKS_PER_CLASS` per class (a long case with
     ``num_bands > 0`` position bands: ``token_law`` and ``plain_token_law`` per band instead),
-    ``reproducible``, and one ``accepted_length`` per class that checks acceptance (the report
-    reads the same count from a case's config)."""
+    ``reproducible``, one ``accepted_length`` per class that checks acceptance, and with
+    ``check_logprobs`` the two logprob checks (the report reads the same count from a case's
+    config)."""
     per = 2 * int(num_bands) if num_bands else E2E_CHECKS_PER_CLASS * num_classes
-    return per + 1 + num_acceptance_checked
+    return per + 1 + num_acceptance_checked + 2 * bool(check_logprobs)
 
 
 def reproducible_check(again, first, again_plain, first_plain, alpha: float):

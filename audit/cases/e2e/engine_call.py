@@ -111,12 +111,13 @@ def engine_generate(engine, requests, speculative: bool):
         raise
 
 
-def generate_call(engine, case: E2ECase, call: int, *, speculative: bool):
-    """One generate call of the case's requests for call ``call``: ``(requests, results)``.
+def generate_call(engine, case: E2ECase, call: int, *, speculative: bool, logprobs: bool = False):
+    """One generate call of the case's requests for call ``call`` (with ``logprobs``, each
+    asking for its tokens' logprobs): ``(requests, results)``.
     Raises what the engine raises; a break of the output protocol raises
     :class:`~specexact.decoders.VerifierProtocolError` (a defect)."""
     target, _ = case_models(case)
-    requests = case.requests(target.eos_token_id, call)
+    requests = case.requests(target.eos_token_id, call, logprobs)
     results = engine_generate(engine, requests, speculative)
     bad = check_generation_results(requests, results, target.vocab_size)
     if bad is not None:

@@ -31,7 +31,8 @@ class E2EKind:
 
     def checks(self, case: E2ECase) -> int:
         C = len(case.row_classes)
-        return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)), len(case.position_bands or ()))
+        return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)), len(case.position_bands or ()),
+                              case.check_logprobs)
 
     def restrict(self, case: E2ECase, engine):
         if not is_engine(engine):

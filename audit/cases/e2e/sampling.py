@@ -6,7 +6,10 @@ generate calls of the case's requests
 (:func:`~specexact.audit.cases.e2e.engine_call.generate_call`), the first call's requests
 again for reproducibility, and checks each class's outputs
 (:mod:`~specexact.audit.cases.e2e.checks`), or, for a long case, every emitted token
-(:mod:`~specexact.audit.cases.e2e.token_checks`). A crash, a hang or a break of the output
+(:mod:`~specexact.audit.cases.e2e.token_checks`); for an engine that declares logprobs, the
+logprobs it reported on the first call's outputs, against the exact law
+(:mod:`~specexact.audit.cases.e2e.logprob_checks`: deterministic, checked once the first call
+pair is back). A crash, a hang or a break of the output
 protocol is a defect; after a crash of a call holding several classes, the classes that
 crash alone are named and the case goes on with the others. An engine that cannot be loaded
 again in this process after a crash leaves the rest to a fresh process
@@ -24,6 +27,7 @@ import torch
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
 from specexact.audit.cases.e2e.laws import case_models, class_laws
+from specexact.audit.cases.e2e.logprob_checks import logprob_checks, padded_logprobs
 from specexact.audit.cases.e2e.token_checks import band_checks
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
@@ -67,6 +71,7 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
     caps = engine.capabilities()
     C = len(case.row_classes)
     spec, plain, first_round = [], [], []
+    logprob_results = []  # the logprob checks of the first call's outputs (check_logprobs)
     b = 0
     phases = result.phase_times_s
     timed = result.timed
@@ -105,12 +110,17 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 call = shift + b
                 where = f"speculative generate call {b}"
                 t_pair = time.perf_counter()
-                _, res = timed("speculative_calls", generate_call, engine, case, call, speculative=True)
+                lp = case.check_logprobs and b == 0  # the first call asks for logprobs (and its repeat)
+                _, res = timed("speculative_calls", generate_call, engine, case, call, speculative=True, logprobs=lp)
                 spec.append(_padded(res, case.length))
                 first_round.append([r.first_round_accepted for r in res])
                 where = f"plain generate call {b}"
-                _, pres = timed("plain_calls", generate_call, engine, case, call, speculative=False)
+                _, pres = timed("plain_calls", generate_call, engine, case, call, speculative=False, logprobs=lp)
                 plain.append(_padded(pres, case.length))
+                if lp:
+                    logprob_results = timed("checks", logprob_checks, case, caps, spec[0], plain[0],
+                                            padded_logprobs(res, case.length), padded_logprobs(pres, case.length),
+                                            false_fail_rate)
                 b += 1
                 result.num_batches = b
                 result.num_sequences = b * case.batch_size
@@ -130,10 +140,11 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                                 tail_s=pair_s + tail_checks_s):
                     break
             where = "the reproducibility calls"
-            again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True)[1],
-                            case.length)
-            again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False)[1],
-                                  case.length)
+            lp = case.check_logprobs  # the first call's requests, as they were
+            again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
+                                  logprobs=lp)[1], case.length)
+            again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
+                                        logprobs=lp)[1], case.length)
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
@@ -158,6 +169,7 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
             return result
         t = time.perf_counter()
         result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate))
+        result.checks.extend(logprob_results)
         all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
         if case.position_bands:
             result.checks.extend(band_checks(case, caps, all_spec, all_plain, result.seed, false_fail_rate,

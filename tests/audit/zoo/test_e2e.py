@@ -15,6 +15,7 @@ EXPECTED = {  # the check type that must fail, its tier, and the diagnosis part:
     "seed_ignored": ("reproducible", "defect", "seeds", "culprits"),
     "bonus_from_wrong_position": ("sequence_law", "inexact", "bonus_token", "suspects"),
     "crashes_on_top_k": ("defect", "defect", "protocol", "culprits"),
+    "logprobs_of_draft_law": ("token_logprobs", "defect", "logprobs", "culprits"),
 }
 
 

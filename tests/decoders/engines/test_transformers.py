@@ -97,6 +97,27 @@ def test_outputs_follow_the_protocol_with_eos_and_min_tokens(engines, llama_targ
     assert all(r.first_round_accepted is None for r in results)  # an EOS may cut the first round
 
 
+@pytest.mark.parametrize("method", ["draft_model", "prompt_lookup"])
+def test_reported_logprobs_are_the_exact_processed_law(engines, method):
+    """``output_scores`` read as logprobs: every emitted token's, speculative and plain,
+    within the logprob checks' tolerance of its exact processed law at its prefix (the
+    long case: 48 tokens, γ = 4, penalties, truncation, EOS and min_tokens)."""
+    from specexact.audit.cases.e2e.catalog import long_case
+    from specexact.audit.cases.e2e.engine_call import generate_call
+    from specexact.audit.cases.e2e.logprob_checks import logprob_checks, padded_logprobs
+    from specexact.audit.cases.e2e.sampling import _padded
+
+    engine = engines[method]
+    case = long_case(engine, method, requests_per_class=2)
+    assert case.check_logprobs
+    _, spec = generate_call(engine, case, 1, speculative=True, logprobs=True)
+    _, plain = generate_call(engine, case, 1, speculative=False, logprobs=True)
+    L = case.length
+    checks = logprob_checks(case, engine.capabilities(), _padded(spec, L), _padded(plain, L),
+                            padded_logprobs(spec, L), padded_logprobs(plain, L), 1e-3)
+    assert all(c.passed and c.n > 50 for c in checks), [(c.name, c.statistic, c.worst) for c in checks]
+
+
 def test_same_seed_same_output_other_seed_other_output(engines):
     p = SamplingParams(temperature=1.0)
     reqs = [GenerationRequest(PROMPT, p, max_tokens=6, seed=s) for s in (3, 3, 4)]
