@@ -231,7 +231,7 @@ class VllmEngine:
         return EngineCapabilities(
             methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",
-            draft_sampling=draft_sampling, first_round_after_token=True,
+            draft_sampling=draft_sampling, first_round_after_token=True, logprobs="raw",
             notes=("vllm.LLM(skip_tokenizer_init, float32, enforce_eager, in-process engine core); requests: "
                    "ignore_eos=True with stop_token_ids=[eos]; min_p refused under speculative decoding (vLLM "
                    "drops it); min_tokens refused unless eos_token_id is the model's generation-config EOS (vLLM "

@@ -120,7 +120,7 @@ def sampling_params(sampling_params_class: Any, request: GenerationRequest, *, s
         frequency_penalty=float(p.frequency_penalty), max_tokens=int(request.max_tokens),
         min_tokens=int(request.min_tokens), seed=int(request.seed),
         stop_token_ids=[] if request.eos_token_id is None else [int(request.eos_token_id)],
-        ignore_eos=True, detokenize=False)
+        ignore_eos=True, detokenize=False, logprobs=0 if request.logprobs else None)
 
 
 def generation_results(outputs: Sequence[Any], num_speculative_tokens: int | None) -> list[GenerationResult]:
@@ -144,7 +144,9 @@ def generation_results(outputs: Sequence[Any], num_speculative_tokens: int | Non
         ``per_step_accepted[0]``, given only when that first verify step proposed exactly
         ``num_speculative_tokens`` drafts (``None`` otherwise: an n-gram round without a
         full match, or no speculative step at all), so its law is the one of
-        :func:`~specexact.decoders.tiny_models.expected_acceptance`.
+        :func:`~specexact.decoders.tiny_models.expected_acceptance`; ``logprobs`` where the
+        completion has them (a request with ``logprobs=0``): each token's own entry of vLLM's
+        per-token dict (its ``Logprob.logprob``).
 
     Raises
     ------
@@ -157,14 +159,18 @@ def generation_results(outputs: Sequence[Any], num_speculative_tokens: int | Non
             raise ValueError(f"outputs[{i}] has {len(out.outputs)} completions, expected 1")
         completion = out.outputs[0]
         tokens = tuple(int(t) for t in completion.token_ids)
+        reported = getattr(completion, "logprobs", None)
+        logprobs = None if reported is None else tuple(
+            float(d[t].logprob) if d is not None and t in d else float("nan") for d, t in zip(reported, tokens))
         metrics = getattr(completion, "spec_decode_metrics", None)
         if num_speculative_tokens is None or metrics is None:
-            results.append(GenerationResult(token_ids=tokens))
+            results.append(GenerationResult(token_ids=tokens, logprobs=logprobs))
             continue
         accepted = sum(j * c for j, c in enumerate(metrics.histogram))
         first = None
         if metrics.per_step_drafted and metrics.per_step_drafted[0] == num_speculative_tokens:
             first = int(metrics.per_step_accepted[0])
         results.append(GenerationResult(token_ids=tokens, num_draft_tokens=int(metrics.num_draft_tokens),
-                                        num_accepted_tokens=int(accepted), first_round_accepted=first))
+                                        num_accepted_tokens=int(accepted), first_round_accepted=first,
+                                        logprobs=logprobs))
     return results

@@ -263,3 +263,26 @@ def test_reload_after_a_raise_keeps_the_plain_engine_and_serves_again(engine, re
     reqs = [GenerationRequest(PROMPT, SamplingParams(temperature=0.8), max_tokens=3, seed=s) for s in range(8)]
     for speculative in (True, False):
         assert check_generation_results(reqs, engine.generate(reqs, speculative=speculative), 64) is None
+
+
+def test_reported_logprobs_are_the_raw_law(engine, pair):
+    """``SamplingParams(logprobs=0)`` (vLLM's default ``raw_logprobs`` mode: the unprocessed
+    model's law): every emitted token's, speculative and plain, within the logprob checks'
+    tolerance of its exact raw law at its prefix (the enumerable case's classes without
+    top-k, which crash the CPU route's speculative path: CRASH_FINDING)."""
+    from specexact.audit.cases.e2e.catalog import e2e_cases
+    from specexact.audit.cases.e2e.engine_call import generate_call
+    from specexact.audit.cases.e2e.kind import CASE_KIND
+    from specexact.audit.cases.e2e.logprob_checks import logprob_checks, padded_logprobs
+    from specexact.audit.cases.e2e.sampling import _padded
+
+    assert engine.capabilities().logprobs == "raw"
+    (case,) = e2e_cases(engine, engine.method, requests_per_class=8)
+    case, _ = CASE_KIND.restrict(case, engine)
+    case = case.restricted([c for c, rc in enumerate(case.row_classes) if not rc.params.top_k])
+    _, spec = generate_call(engine, case, 3, speculative=True, logprobs=True)
+    _, plain = generate_call(engine, case, 3, speculative=False, logprobs=True)
+    L = case.length
+    checks = logprob_checks(case, engine.capabilities(), _padded(spec, L), _padded(plain, L),
+                            padded_logprobs(spec, L), padded_logprobs(plain, L), 1e-3)
+    assert all(c.passed and c.n > 20 for c in checks), [(c.name, c.statistic, c.worst) for c in checks]
