@@ -1,0 +1,178 @@
+"""Shrinking a failing generated scenario to the smallest one that still fails.
+
+A scenario case (:class:`~specexact.audit.cases.e2e.scenarios.ScenarioCase`) that fails is
+shrunk as the fuzz phase shrinks its findings (:mod:`specexact.fuzz.engine`): Hypothesis
+replays the draw that produced it (same seed, same settings, no database), skipping the
+examples before it, and shrinks it; every candidate is run through the engine as a case of
+the same name (hence the same request seeds), on the same number of generate calls and at
+the same per-check false-fail rate as the original, and counts as failing when a check of
+one of the original's failing check types (``token_law``, ``plain_token_law``,
+``reproducible``, ``defect``) fails. Every run is seeded and deterministic, so the shrunk
+scenario fails again when replayed (:func:`shrunk_replay`).
+
+The verdict counts the original scenario's checks only (within the audit's false-fail
+budget); shrinking only makes the example small. It stops trying new candidates after
+``time_limit_s`` (:data:`SHRINK_TIME_S` by default) and keeps the smallest failing scenario
+found by then.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from hypothesis import Phase
+
+from specexact.audit.cases.e2e.sampling import run_e2e_case
+from specexact.audit.cases.e2e.scenarios import ScenarioCase, hypothesis_run, scenario_case, scenario_seed
+from specexact.audit.cases.result import CaseResult
+from specexact.fuzz.hypothesis_env import without_local_constants
+from specexact.strategies.scenarios import Scenario
+
+__all__ = ["SHRINK_TIME_S", "ShrinkResult", "failing_types", "shrink_scenario", "shrunk_replay"]
+
+SHRINK_TIME_S = 30.0
+"""Seconds a shrink may spend on new candidates (each one a run of the engine)."""
+
+
+@dataclass(frozen=True)
+class ShrinkResult:
+    """What shrinking a failing scenario found.
+
+    Attributes
+    ----------
+    scenario : Scenario or None
+        The smallest scenario that still failed (the original when no smaller one did), or
+        None when the draw could not be replayed (``note`` says why).
+    failing : tuple of str
+        The checks that failed on it.
+    runs : int
+        Candidates run through the engine.
+    time_s : float
+    note : str
+    """
+
+    scenario: Scenario | None
+    failing: tuple[str, ...] = ()
+    runs: int = 0
+    time_s: float = 0.0
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"scenario": None if self.scenario is None else self.scenario.to_dict(),
+                "description": None if self.scenario is None else self.scenario.describe(),
+                "failing": list(self.failing), "runs": self.runs, "time_s": self.time_s, "note": self.note}
+
+
+def failing_types(result: CaseResult) -> set[str]:
+    """The failing check types of ``result`` (a check's name before ``[``), ``"defect"``
+    for a crash or a protocol break."""
+    out = {c.name.split("[")[0] for c in result.checks if not c.passed}
+    if result.defect:
+        out.add("defect")
+    return out
+
+
+class _StillFails(Exception):
+    """Raised in the shrink's property: the candidate still fails."""
+
+
+def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_fail_rate: float, seed: int,
+                    num_batches: int, min_expected: float, time_limit_s: float = SHRINK_TIME_S) -> ShrinkResult:
+    """Shrink the failing ``case`` (module docstring).
+
+    Parameters
+    ----------
+    case : ScenarioCase
+        A drawn scenario case (``case.draw`` set).
+    engine : EndToEndEngine
+    original : CaseResult
+        Its failing result (its failing check types are what a candidate must fail).
+    false_fail_rate : float
+        The per-check rate the original ran at.
+    seed : int
+        The audit seed (the request seeds).
+    num_batches : int
+        Generate calls per candidate (the original's).
+    min_expected : float
+    time_limit_s : float
+
+    Returns
+    -------
+    ShrinkResult
+
+    Raises
+    ------
+    ValueError
+        ``num_batches < 1`` or ``time_limit_s < 0``.
+    """
+    if int(num_batches) < 1:
+        raise ValueError(f"num_batches must be >= 1, got {num_batches!r}")
+    if not time_limit_s >= 0:
+        raise ValueError(f"time_limit_s must be >= 0, got {time_limit_s!r}")
+    t0 = time.perf_counter()
+    wanted = failing_types(original)
+    first = tuple(c.name for c in original.checks if not c.passed)
+    if case.draw is None or not wanted:
+        return ShrinkResult(None, first, note="not a drawn scenario, or nothing failed: nothing to shrink")
+    audit_seed, index = case.draw
+    state = {"calls": 0, "best": None, "failing": first, "runs": 0, "mismatch": False}
+    deadline = t0 + float(time_limit_s)
+
+    def prop(s: Scenario) -> None:
+        i = state["calls"]
+        state["calls"] += 1
+        if i < index or state["mismatch"]:
+            return
+        if i == index:
+            if s != case.scenario:
+                state["mismatch"] = True
+                return
+            state["best"] = s  # it failed in the audit: not run again
+            raise _StillFails
+        if s == state["best"]:
+            raise _StillFails  # Hypothesis' final replay of the smallest failing example
+        if time.perf_counter() > deadline:
+            return
+        cand = replace(scenario_case(engine, s, case.method, pair=case.pair, requests_per_class=case.requests_per_class),
+                       name=case.name)
+        state["runs"] += 1
+        res = run_e2e_case(cand, engine, false_fail_rate=false_fail_rate, seed=seed, num_batches=int(num_batches),
+                           min_expected=min_expected)
+        if failing_types(res) & wanted:
+            state["best"], state["failing"] = s, tuple(c.name for c in res.checks if not c.passed)
+            raise _StillFails
+
+    with without_local_constants():
+        try:
+            hypothesis_run(prop, scenario_seed(audit_seed), phases=(Phase.generate, Phase.shrink))()
+        except Exception:  # noqa: BLE001 - _StillFails (or Hypothesis' wrapper of it) ends the run
+            pass
+    took = time.perf_counter() - t0
+    if state["best"] is None:
+        why = ("the draw gave another scenario at its index (another Hypothesis version?)" if state["mismatch"]
+               else "the draw did not reach the scenario's index")
+        return ShrinkResult(None, first, state["runs"], took, note=f"not shrunk: {why}")
+    note = (f"shrunk in {state['runs']} engine runs" + (" (stopped at the time limit)"
+                                                        if time.perf_counter() > deadline else ""))
+    return ShrinkResult(state["best"], state["failing"], state["runs"], took, note=note)
+
+
+def shrunk_replay(case: dict, shrunk: dict, engine: str, *, seed: int, num_batches: int, alpha: float,
+                  threads: int | None = None) -> str:
+    """The Python that reruns a shrunk scenario: the case of the scenario ``shrunk`` (a
+    :meth:`Scenario.to_dict`) under the name of the original ``case`` (its report dict:
+    the same request seeds), ``num_batches`` calls at per-check rate ``alpha``."""
+    config = case.get("config", {})
+    return ((f"import torch\ntorch.set_num_threads({int(threads)})\n" if threads else "")
+            + "from dataclasses import replace\n"
+            "from specexact.audit import run_case\n"
+            "from specexact.audit.cases.e2e.scenarios import scenario_case\n"
+            "from specexact.decoders.engines.registry import resolve_engine\n"
+            "from specexact.strategies import Scenario\n"
+            f"engine, _ = resolve_engine({engine!r})\n"
+            f"scenario = Scenario.from_dict({shrunk!r})\n"
+            f"case = replace(scenario_case(engine, scenario, {config.get('method')!r}, pair={config.get('pair')!r}, "
+            f"requests_per_class={config.get('requests_per_class')!r}), name={case['name']!r})\n"
+            f"result = run_case(case, engine, false_fail_rate={alpha!r}, seed={seed!r}, num_batches={num_batches})\n"
+            "print(result.defect or [str(c) for c in result.checks if not c.passed])")
