@@ -5,7 +5,8 @@ shrunk as the fuzz phase shrinks its findings (:mod:`specexact.fuzz.engine`): Hy
 replays the draw that produced it (same seed, same settings, no database), skipping the
 examples before it, and shrinks it; every candidate is run through the engine as a case of
 the same name (hence the same request seeds), on the same number of generate calls and at
-the same per-check false-fail rate as the original, and counts as failing when a check of
+the same per-check false-fail rate as the original (without the reproducibility calls unless
+``reproducible`` failed), and counts as failing when a check of
 one of the original's failing check types (``token_law``, ``plain_token_law``,
 ``reproducible``, ``defect``) fails. Every run is seeded and deterministic, so the shrunk
 scenario fails again when replayed (:func:`shrunk_replay`).
@@ -31,7 +32,7 @@ from specexact.strategies.scenarios import Scenario
 
 __all__ = ["SHRINK_TIME_S", "ShrinkResult", "failing_types", "shrink_scenario", "shrunk_replay"]
 
-SHRINK_TIME_S = 30.0
+SHRINK_TIME_S = 20.0
 """Seconds a shrink may spend on new candidates (each one a run of the engine)."""
 
 
@@ -119,28 +120,33 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
     state = {"calls": 0, "best": None, "failing": first, "runs": 0, "mismatch": False}
     deadline = t0 + float(time_limit_s)
 
-    def prop(s: Scenario) -> None:
-        i = state["calls"]
-        state["calls"] += 1
+    def fails(s: Scenario, i: int) -> bool:
         if i < index or state["mismatch"]:
-            return
+            return False
         if i == index:
             if s != case.scenario:
                 state["mismatch"] = True
-                return
+                return False
             state["best"] = s  # it failed in the audit: not run again
-            raise _StillFails
+            return True
         if s == state["best"]:
-            raise _StillFails  # Hypothesis' final replay of the smallest failing example
+            return True  # Hypothesis replays the smallest failing example it has
         if time.perf_counter() > deadline:
-            return
+            return False
         cand = replace(scenario_case(engine, s, case.method, pair=case.pair, requests_per_class=case.requests_per_class),
                        name=case.name)
         state["runs"] += 1
         res = run_e2e_case(cand, engine, false_fail_rate=false_fail_rate, seed=seed, num_batches=int(num_batches),
-                           min_expected=min_expected)
+                           min_expected=min_expected, reproducibility="reproducible" in wanted)
         if failing_types(res) & wanted:
             state["best"], state["failing"] = s, tuple(c.name for c in res.checks if not c.passed)
+            return True
+        return False
+
+    def prop(s: Scenario) -> None:
+        i = state["calls"]
+        state["calls"] += 1
+        if fails(s, i):  # one place that raises: Hypothesis tells failures apart by where they are raised
             raise _StillFails
 
     with without_local_constants():
