@@ -131,9 +131,9 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
     """The end-to-end cases of ``engine``: one per method it declares (or ``method`` only),
     with the row classes of :func:`_row_classes` its processing implements; with
     ``scenarios`` the generated scenario cases of the audit seed ``scenario_seed``
-    (:func:`~specexact.audit.cases.e2e.scenarios.scenario_cases`), right after the case of
-    their method (a budgeted audit's pilot times the cases in order: on a slow machine the
-    later ones are left out); with ``long_case_too`` then the long case (:func:`long_case`, ``long_requests_per_class`` requests per class).
+    (:func:`~specexact.audit.cases.e2e.scenarios.scenario_cases`) first (a budgeted audit's
+    pilot times the cases in order and leaves out those it has no time to time: the
+    scenarios are the cheapest, each a few seconds); with ``long_case_too`` then the long case (:func:`long_case`, ``long_requests_per_class`` requests per class).
     The scenarios and the long case use ``method``, or ``draft_model`` (else the first
     method) when no method is given.
 
@@ -162,9 +162,8 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
             description=f"{engine.name} {m}, γ={num_speculative_tokens}, on {pair}: the engine's own generate loop",
             tags=("e2e",)))
     m = method if method is not None else ("draft_model" if "draft_model" in methods else methods[0])
-    if scenarios:  # right after the case of their method: a budgeted audit's pilot times (and runs) them next
-        at = methods.index(m) + 1
-        cases[at:at] = scenario_cases(engine, m, seed=scenario_seed, pair=pair)
+    if scenarios:  # first: a budgeted audit's pilot times the cases in order, and these are cheap
+        cases[:0] = scenario_cases(engine, m, seed=scenario_seed, pair=pair)
     if long_case_too:
         cases.append(long_case(engine, m, pair=pair, requests_per_class=long_requests_per_class, seed=seed))
     return cases

@@ -79,7 +79,7 @@ class _StillFails(Exception):
 
 
 def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_fail_rate: float, seed: int,
-                    num_batches: int, min_expected: float, time_limit_s: float = SHRINK_TIME_S) -> ShrinkResult:
+                    num_batches: int, min_expected: float, time_limit_s: float | None = None) -> ShrinkResult:
     """Shrink the failing ``case`` (module docstring).
 
     Parameters
@@ -96,7 +96,8 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
     num_batches : int
         Generate calls per candidate (the original's).
     min_expected : float
-    time_limit_s : float
+    time_limit_s : float, optional
+        Default :data:`SHRINK_TIME_S`.
 
     Returns
     -------
@@ -107,6 +108,8 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
     ValueError
         ``num_batches < 1`` or ``time_limit_s < 0``.
     """
+    if time_limit_s is None:
+        time_limit_s = SHRINK_TIME_S
     if int(num_batches) < 1:
         raise ValueError(f"num_batches must be >= 1, got {num_batches!r}")
     if not time_limit_s >= 0:
