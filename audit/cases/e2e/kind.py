@@ -13,8 +13,7 @@ from specexact.audit.cases.e2e.checks import e2e_num_checks
 from specexact.audit.cases.e2e.engine_call import engine_generate, ensure_loaded, generate_call
 from specexact.audit.cases.e2e.laws import case_models
 from specexact.audit.cases.e2e.sampling import run_e2e_case
-from specexact.audit.cases.e2e.scenarios import ScenarioCase
-from specexact.audit.cases.e2e.shrink import shrink_scenario
+from specexact.audit.cases.e2e.shrink import shrink_failures
 from specexact.audit.cases.planning import PLAN_MAX_BINS, support_size
 from specexact.audit.cases.result import CaseResult
 from specexact.audit.core.levels import MIN_EXPECTED
@@ -79,16 +78,14 @@ class E2EKind:
 
     def run(self, case, engine, **kwargs) -> CaseResult:
         """:func:`~specexact.audit.cases.e2e.sampling.run_e2e_case`; a drawn scenario case
-        that fails is then shrunk (:func:`~specexact.audit.cases.e2e.shrink.shrink_scenario`,
-        on the calls it ran) and the shrunk scenario kept in the result's ``extras["shrunk"]``
-        (its checks are the original's: shrinking changes no verdict)."""
+        that fails on a fixed number of calls is then shrunk
+        (:func:`~specexact.audit.cases.e2e.shrink.shrink_failures`: the shrunk scenario in the
+        result's ``extras["shrunk"]``; its checks stay the original's: shrinking changes no
+        verdict). Under a time budget the audit shrinks it after all its cases ran."""
         result = run_e2e_case(case, engine, **kwargs)
-        if isinstance(case, ScenarioCase) and case.draw is not None and not result.passed \
-                and result.fresh_process is None and result.num_batches:
-            shrunk = result.timed("shrink", shrink_scenario, case, engine, result,
-                                  false_fail_rate=kwargs["false_fail_rate"], seed=kwargs.get("seed", 0),
-                                  num_batches=result.num_batches, min_expected=kwargs.get("min_expected", MIN_EXPECTED))
-            result.extras["shrunk"] = shrunk.to_dict()
+        if kwargs.get("time_budget_s") is None:
+            shrink_failures([result], engine, false_fail_rate=kwargs["false_fail_rate"], seed=kwargs.get("seed", 0),
+                            min_expected=kwargs.get("min_expected", MIN_EXPECTED), time_left_s=None)
         return result
 
     def event_inputs(self, case, event: dict, sampler) -> dict:

@@ -30,10 +30,15 @@ from specexact.audit.cases.result import CaseResult
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.strategies.scenarios import Scenario
 
-__all__ = ["SHRINK_TIME_S", "ShrinkResult", "failing_types", "shrink_scenario", "shrunk_replay"]
+__all__ = ["SHRINK_TIME_S", "SHRINK_MIN_S", "ShrinkResult", "failing_types", "needs_shrink", "shrink_scenario", "shrink_failures",
+           "shrunk_replay"]
 
 SHRINK_TIME_S = 20.0
 """Seconds a shrink may spend on new candidates (each one a run of the engine)."""
+
+SHRINK_MIN_S = 10.0
+"""Seconds a budgeted audit's shrink gets even when its budget is spent: a failing audit may
+end up to this much late (per failing scenario) to make its example small."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,32 @@ def failing_types(result: CaseResult) -> set[str]:
     if result.defect:
         out.add("defect")
     return out
+
+
+def needs_shrink(result: CaseResult) -> bool:
+    """Whether ``result`` is a drawn scenario case that failed and has no shrink yet (a case
+    that went on in a fresh process after a crash is not shrunk)."""
+    case = result.case
+    return (isinstance(case, ScenarioCase) and case.draw is not None and not result.passed
+            and result.fresh_process is None and bool(result.num_batches) and "shrunk" not in result.extras)
+
+
+def shrink_failures(results, engine, *, false_fail_rate: float, seed: int, min_expected: float,
+                    time_left_s: float | None) -> None:
+    """Shrink every failing drawn scenario of ``results`` (:class:`CaseResult` s, in place:
+    ``extras["shrunk"]``), each within :data:`SHRINK_TIME_S`, and within what is left of
+    ``time_left_s`` but at least :data:`SHRINK_MIN_S` (None: no limit but theirs). A
+    budgeted audit calls this after all its cases ran, so that shrinking spends what is left
+    of the budget, never a later case's time."""
+    start = time.perf_counter()
+    for res in results:
+        if not needs_shrink(res):
+            continue
+        limit = SHRINK_TIME_S if time_left_s is None else min(SHRINK_TIME_S, max(
+            SHRINK_MIN_S, time_left_s - (time.perf_counter() - start)))
+        shrunk = res.timed("shrink", shrink_scenario, res.case, engine, res, false_fail_rate=false_fail_rate,
+                           seed=seed, num_batches=res.num_batches, min_expected=min_expected, time_limit_s=limit)
+        res.extras["shrunk"] = shrunk.to_dict()
 
 
 class _StillFails(Exception):
