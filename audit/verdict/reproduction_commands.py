@@ -171,7 +171,7 @@ def _e2e_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha:
     }
     shrunk = case.get("shrunk") or {}
     if shrunk.get("scenario") is not None:  # the smallest failing scenario and its replay
-        calls = int(case.get("num_batches") or nb)
+        calls = int(shrunk.get("num_batches") or case.get("num_batches") or nb)
         out["shrunk"] = {"scenario": shrunk["scenario"], "description": shrunk.get("description"),
                          "failing": shrunk.get("failing"), "num_batches": calls,
                          "python": shrunk_replay(case, shrunk["scenario"], engine, seed=settings["seed"],

@@ -4,17 +4,19 @@ A scenario case (:class:`~specexact.audit.cases.e2e.scenarios.ScenarioCase`) tha
 shrunk as the fuzz phase shrinks its findings (:mod:`specexact.fuzz.engine`): Hypothesis
 replays the draw that produced it (same seed, same settings, no database), skipping the
 examples before it, and shrinks it; every candidate is run through the engine as a case of
-the same name (hence the same request seeds), on the same number of generate calls and at
-the same per-check false-fail rate as the original (without the reproducibility calls unless
+the same name (hence the same request seeds), on :data:`SHRINK_CALLS` generate calls and
+at the same per-check false-fail rate as the original (without the reproducibility calls unless
 ``reproducible`` failed), and counts as failing when a check of
 one of the original's failing check types (``token_law``, ``plain_token_law``,
 ``reproducible``, ``defect``) fails. Every run is seeded and deterministic, so the shrunk
 scenario fails again when replayed (:func:`shrunk_replay`).
 
 The verdict counts the original scenario's checks only (within the audit's false-fail
-budget); shrinking only makes the example small. It stops trying new candidates after
-``time_limit_s`` (:data:`SHRINK_TIME_S` by default) and keeps the smallest failing scenario
-found by then.
+budget); shrinking only makes the example small. It runs no candidate predicted to end
+after ``time_limit_s`` (:data:`SHRINK_TIME_S` by default; the prediction scales the
+original's seconds per call pair by the scenarios' estimated work,
+:func:`~specexact.audit.cases.e2e.scenarios.cost`) and keeps the smallest failing scenario
+found.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, replace
 from hypothesis import Phase
 
 from specexact.audit.cases.e2e.sampling import run_e2e_case
-from specexact.audit.cases.e2e.scenarios import ScenarioCase, hypothesis_run, scenario_case, scenario_seed
+from specexact.audit.cases.e2e.scenarios import ScenarioCase, cost, hypothesis_run, scenario_case, scenario_seed
 from specexact.audit.cases.result import CaseResult
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.strategies.scenarios import Scenario
@@ -35,6 +37,10 @@ __all__ = ["SHRINK_TIME_S", "SHRINK_MIN_S", "ShrinkResult", "failing_types", "ne
 
 SHRINK_TIME_S = 20.0
 """Seconds a shrink may spend on new candidates (each one a run of the engine)."""
+
+SHRINK_CALLS = 2
+"""Generate calls (speculative and plain each) of every candidate: the fewest a case makes,
+so that each candidate costs the least (the original may have run more)."""
 
 SHRINK_MIN_S = 10.0
 """Seconds a budgeted audit's shrink gets even when its budget is spent: a failing audit may
@@ -56,6 +62,8 @@ class ShrinkResult:
         Candidates run through the engine.
     time_s : float
     note : str
+    num_batches : int
+        Generate calls each candidate ran (what the replay runs).
     """
 
     scenario: Scenario | None
@@ -63,9 +71,10 @@ class ShrinkResult:
     runs: int = 0
     time_s: float = 0.0
     note: str = ""
+    num_batches: int = 0
 
     def to_dict(self) -> dict:
-        return {"scenario": None if self.scenario is None else self.scenario.to_dict(),
+        return {"scenario": None if self.scenario is None else self.scenario.to_dict(), "num_batches": self.num_batches,
                 "description": None if self.scenario is None else self.scenario.describe(),
                 "failing": list(self.failing), "runs": self.runs, "time_s": self.time_s, "note": self.note}
 
@@ -101,7 +110,8 @@ def shrink_failures(results, engine, *, false_fail_rate: float, seed: int, min_e
         limit = SHRINK_TIME_S if time_left_s is None else min(SHRINK_TIME_S, max(
             SHRINK_MIN_S, time_left_s - (time.perf_counter() - start)))
         shrunk = res.timed("shrink", shrink_scenario, res.case, engine, res, false_fail_rate=false_fail_rate,
-                           seed=seed, num_batches=res.num_batches, min_expected=min_expected, time_limit_s=limit)
+                           seed=seed, num_batches=min(res.num_batches, SHRINK_CALLS), min_expected=min_expected,
+                           time_limit_s=limit)
         res.extras["shrunk"] = shrunk.to_dict()
 
 
@@ -125,7 +135,7 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
     seed : int
         The audit seed (the request seeds).
     num_batches : int
-        Generate calls per candidate (the original's).
+        Generate calls per candidate.
     min_expected : float
     time_limit_s : float, optional
         Default :data:`SHRINK_TIME_S`.
@@ -149,10 +159,16 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
     wanted = failing_types(original)
     first = tuple(c.name for c in original.checks if not c.passed)
     if case.draw is None or not wanted:
-        return ShrinkResult(None, first, note="not a drawn scenario, or nothing failed: nothing to shrink")
+        return ShrinkResult(None, first, note="not a drawn scenario, or nothing failed: nothing to shrink",
+                            num_batches=int(num_batches))
     audit_seed, index = case.draw
     state = {"calls": 0, "best": None, "failing": first, "runs": 0, "mismatch": False}
     deadline = t0 + float(time_limit_s)
+    # a candidate's predicted seconds: the original's per call pair (its reproducibility pair
+    # included), scaled by the scenarios' estimated work; one predicted past the deadline is skipped
+    ph = original.phase_times_s
+    pair_s = (ph.get("speculative_calls", 0.0) + ph.get("plain_calls", 0.0)) / (original.num_batches + 1)
+    per_work = pair_s / max(cost(case.scenario), 1e-9)
 
     def fails(s: Scenario, i: int) -> bool:
         if i < index or state["mismatch"]:
@@ -165,8 +181,8 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
             return True
         if s == state["best"]:
             return True  # Hypothesis replays the smallest failing example it has
-        if time.perf_counter() > deadline:
-            return False
+        if time.perf_counter() + per_work * cost(s) * int(num_batches) > deadline:
+            return False  # it would not end in time (a smaller one may)
         cand = replace(scenario_case(engine, s, case.method, pair=case.pair, requests_per_class=case.requests_per_class),
                        name=case.name)
         state["runs"] += 1
@@ -192,10 +208,9 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
     if state["best"] is None:
         why = ("the draw gave another scenario at its index (another Hypothesis version?)" if state["mismatch"]
                else "the draw did not reach the scenario's index")
-        return ShrinkResult(None, first, state["runs"], took, note=f"not shrunk: {why}")
-    note = (f"shrunk in {state['runs']} engine runs" + (" (stopped at the time limit)"
-                                                        if time.perf_counter() > deadline else ""))
-    return ShrinkResult(state["best"], state["failing"], state["runs"], took, note=note)
+        return ShrinkResult(None, first, state["runs"], took, note=f"not shrunk: {why}", num_batches=int(num_batches))
+    note = f"shrunk in {state['runs']} engine runs within {float(time_limit_s):g} s"
+    return ShrinkResult(state["best"], state["failing"], state["runs"], took, note=note, num_batches=int(num_batches))
 
 
 def shrunk_replay(case: dict, shrunk: dict, engine: str, *, seed: int, num_batches: int, alpha: float,
