@@ -244,7 +244,8 @@ def combined_reproduction(settings: dict, sampler: dict, configs: Sequence[dict]
         methods = sorted({c.get("method") for c in configs})
         short = [c for c in configs if not c.get("position_bands")]
         first = short[0] if short else configs[0]
-        longs = [c for c in configs if c.get("position_bands")]
+        longs = [c for c in configs if c.get("position_bands") and c.get("scenario") is None]
+        drawn = any(c.get("scenario") is not None for c in configs)  # generated scenarios of the seed
         load = ("from specexact.audit import run_audit\n"
                 "from specexact.audit.e2e_case import e2e_cases\n"
                 "from specexact.decoders.engines.registry import resolve_engine\n"
@@ -254,7 +255,8 @@ def combined_reproduction(settings: dict, sampler: dict, configs: Sequence[dict]
                 f"num_speculative_tokens={first.get('num_speculative_tokens')!r}, "
                 f"requests_per_class={first.get('requests_per_class')!r}"
                 + (f", long_case_too=True, long_requests_per_class={longs[0].get('requests_per_class')!r}"
-                   if longs else "") + ")\n")
+                   if longs else "")
+                + (f", scenarios=True, scenario_seed={settings['seed']!r}" if drawn else "") + ")\n")
         cases = "cases=cases, "
     else:
         load = ("from specexact.audit import resolve_sampler, run_audit\n"

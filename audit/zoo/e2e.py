@@ -178,7 +178,7 @@ class _PenaltiesAtRoundStart(LogitsLevelVerifier):
     with the output as it was at the round's start (the window's drafts not counted)."""
 
     def __init__(self) -> None:
-        super().__init__(name="penalties_once_per_round")
+        super().__init__(name="penalties-once-per-round")
 
     def candidate_histories(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
         """Shape: ``[B, K+1, H + K]``: the output so far for every prefix, ``-1`` elsewhere."""
