@@ -136,7 +136,7 @@ def _cases(args):
 def _engine_and_cases(args):
     """``(engine, target, cases)`` of ``--engine`` / ``--method`` / ``--pair``: the engine,
     what it resolved to, and its end-to-end cases (:func:`~specexact.audit.cases.e2e.catalog.e2e_cases`,
-    with the long case; ``--case`` picks some of them by name)."""
+    with the generated scenarios and the long case; ``--case`` picks some of them by name)."""
     from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines.registry import EngineError, resolve_engine
 
@@ -148,8 +148,9 @@ def _engine_and_cases(args):
     given = {k: v for k, v in (("pair", args.pair), ("requests_per_class", args.requests_per_class)) if v is not None}
     try:
         engine, target = resolve_engine(args.engine)
-        # e2e_cases' defaults otherwise; the long case too (its own requests per class)
-        cases = e2e_cases(engine, args.method, **given, long_case_too=True)
+        # e2e_cases' defaults otherwise; the generated scenarios of the audit seed and the
+        # long case too (their own requests per class)
+        cases = e2e_cases(engine, args.method, **given, long_case_too=True, scenarios=True, scenario_seed=args.seed)
     except (EngineError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     if args.case:  # with --engine, --case picks among the engine's end-to-end cases

@@ -145,6 +145,11 @@ def _findings_section(report: dict) -> list[str]:
                 worst = "; ".join(f"{_cell(w[0])}: observed {_fmt(w[1])}, expected {_fmt(w[2])}" for w in f["worst"][:3])
                 lines.append(f"  - worst: {worst}")
             lines.append(f"  - reproduce: {_code(f['reproduction']['command'])}")
+            shrunk = f["reproduction"].get("shrunk")
+            if shrunk:  # a generated end-to-end scenario, shrunk (audit/cases/e2e/shrink.py)
+                lines.append(f"  - shrunk scenario (still fails {_cell(', '.join(shrunk.get('failing') or []))}): "
+                             f"{_cell(shrunk.get('description') or '')}; replay: "
+                             f"{_code('; '.join(shrunk['python'].splitlines()))}")
         lines.append("")
     return lines
 

@@ -23,6 +23,9 @@ truncation
 trees
     :func:`draft_trees`: inputs of the tree protocol (full trees, chains, per-row random
     trees; i.i.d., without-replacement and top-k drafting; float edges).
+scenarios
+    :func:`e2e_scenarios`: end-to-end scenarios (γ, request shapes of mixed prompt lengths,
+    parameters, limits and EOS in one generate call), shrinking toward the simplest.
 uniforms
     :func:`acceptance_probes`, :func:`boundary_uniforms`: uniforms on the acceptance
     boundary ``u * q < p``.
@@ -57,6 +60,7 @@ from .truncation import (
     sampling_params,
     sampling_params_family,
 )
+from .scenarios import KV_BLOCK, PARAM_RANGES, RequestShape, Scenario, scenario_axes, e2e_scenarios
 from .trees import TREE_DRAFTING_RULES, TREE_EDGES, TREE_SHAPES, TreeVerifyCase, draft_trees
 from .uniforms import (
     PROBE_PAIR_KINDS,
@@ -86,6 +90,10 @@ __all__ = [
     "VOCAB_FAMILIES",
     "AcceptanceProbe",
     "InvalidArgument",
+    "KV_BLOCK",
+    "PARAM_RANGES",
+    "RequestShape",
+    "Scenario",
     "LogitsCase",
     "PipelineCase",
     "TreeVerifyCase",
@@ -103,6 +111,8 @@ __all__ = [
     "probability_tensors",
     "sampling_params",
     "sampling_params_family",
+    "scenario_axes",
+    "e2e_scenarios",
     "vocab_size_family",
     "vocab_sizes",
 ]

@@ -42,6 +42,9 @@ class CaseResult:
     what a fresh process must still do
     (:class:`~specexact.audit.cases.e2e.engine_call.FreshProcessWork`; the run room starts
     it), else None. Not part of :meth:`to_dict`."""
+    extras: dict = field(default_factory=dict)
+    """What a kind adds to the case's report dict (a shrunk failing scenario:
+    ``{"shrunk": ...}``, :mod:`~specexact.audit.cases.e2e.shrink`); empty otherwise."""
 
     def timed(self, phase: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, its seconds added to :attr:`phase_times_s` [``phase``]
@@ -72,6 +75,7 @@ class CaseResult:
             "defect": self.defect,
             "checks": [c.to_dict() for c in self.checks],
             **({"phase_times_s": dict(self.phase_times_s)} if self.phase_times_s else {}),
+            **self.extras,
         }
 
 

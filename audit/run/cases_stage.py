@@ -21,8 +21,10 @@ import numpy as np
 import torch
 
 from specexact.audit.cases.dispatch import run_case
+from specexact.audit.cases.e2e.shrink import shrink_failures
 from specexact.audit.cases.result import CaseResult
 from specexact.audit.core.json_io import to_jsonable
+from specexact.audit.core.levels import MIN_EXPECTED
 from specexact.audit.run.fresh_processes import in_fresh_processes
 from specexact.audit.run.isolation import case_result_from_dict, run_case_isolated
 from specexact.audit.run.journal import Journal, journal_path
@@ -385,6 +387,10 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
                                     plan=to_jsonable(cp.to_dict()))
         status({"event": "case_end", **common, "resumed": False, "passed": res.passed, "elapsed_s": run.elapsed(),
                 "result": res})
+    # failing generated scenarios of a budgeted audit are shrunk now, in what is left of the budget
+    left = None if settings.mode != "budget" else settings.effective_budget_s - run.elapsed()
+    shrink_failures([r for r, _ in results], verifier, false_fail_rate=alpha, seed=settings.seed,
+                    min_expected=MIN_EXPECTED, time_left_s=left)
     carried = [planned[c.name] for c in cases if c.name in planned]
     finite = [c.planned_detectable_tv for c in carried if math.isfinite(c.planned_detectable_tv)]
     target_tv = max(finite) if (settings.mode == "budget" and finite) else None

@@ -11,6 +11,7 @@ import re
 from typing import Sequence
 
 from specexact.audit.cases.e2e.checks import e2e_num_checks
+from specexact.audit.cases.e2e.shrink import shrunk_replay
 from specexact.audit.cases.verify_case import VERIFY_CHECKS
 from specexact.audit.checks.decisions_checks import DECISION_CHECKS
 from specexact.audit.sampler.samplers import ENGINE_SAMPLER_PREFIX
@@ -136,21 +137,28 @@ def _e2e_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha:
         parts += ["--device", settings["device"]]
     if threads:
         parts += ["--threads", str(int(threads))]
-    return {
+    if config.get("scenario") is not None:  # a generated scenario: drawn again from the seed
+        select = ("from specexact.audit.cases.e2e.scenarios import scenario_cases\n"
+                  "from specexact.decoders.engines.registry import resolve_engine\n"
+                  f"engine, _ = resolve_engine({engine!r})\n"
+                  f"case = next(c for c in scenario_cases(engine, {config.get('method')!r}, seed={settings['seed']!r}, "
+                  f"pair={config.get('pair')!r}) if c.name == {case['name']!r})\n")
+    else:
+        select = ("from specexact.audit.e2e_case import e2e_cases\n"
+                  "from specexact.decoders.engines.registry import resolve_engine\n"
+                  f"engine, _ = resolve_engine({engine!r})\n"
+                  f"case = next(c for c in e2e_cases(engine, {config.get('method')!r}, pair={config.get('pair')!r}, "
+                  + (f"long_case_too=True, long_requests_per_class={config.get('requests_per_class')!r}"
+                     if config.get("position_bands") else
+                     f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, "
+                     f"requests_per_class={config.get('requests_per_class')!r}")
+                  + f") if c.name == {case['name']!r})\n")
+    out = {
         "command": " ".join(parts),
         "python": (
             (f"import torch\ntorch.set_num_threads({int(threads)})\n" if threads else "")
-            + "from specexact.audit import run_case\n"
-            "from specexact.audit.e2e_case import e2e_cases\n"
-            "from specexact.decoders.engines.registry import resolve_engine\n"
-            f"engine, _ = resolve_engine({engine!r})\n"
-            f"case = next(c for c in e2e_cases(engine, {config.get('method')!r}, pair={config.get('pair')!r}, "
-            + (f"long_case_too=True, long_requests_per_class={config.get('requests_per_class')!r}"
-               if config.get("position_bands") else
-               f"num_speculative_tokens={config.get('num_speculative_tokens')!r}, "
-               f"requests_per_class={config.get('requests_per_class')!r}")
-            + f") if c.name == {case['name']!r})\n"
-            f"result = run_case(case, engine, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
+            + "from specexact.audit import run_case\n" + select
+            + f"result = run_case(case, engine, false_fail_rate={alpha!r}, seed={settings['seed']!r}, "
             f"num_batches={nb}, device={settings.get('device') or 'cpu'!r})\n"
             "print(result.defect or [str(c) for c in result.checks])"
         ),
@@ -161,6 +169,14 @@ def _e2e_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha:
         "false_fail_rate": float(f"{rate:.6g}"),
         "threads": int(threads) if threads else None,
     }
+    shrunk = case.get("shrunk") or {}
+    if shrunk.get("scenario") is not None:  # the smallest failing scenario and its replay
+        calls = int(shrunk.get("num_batches") or case.get("num_batches") or nb)
+        out["shrunk"] = {"scenario": shrunk["scenario"], "description": shrunk.get("description"),
+                         "failing": shrunk.get("failing"), "num_batches": calls,
+                         "python": shrunk_replay(case, shrunk["scenario"], engine, seed=settings["seed"],
+                                                 num_batches=calls, alpha=alpha, threads=threads)}
+    return out
 
 
 def _generated_reproduction(case: dict, settings: dict, sampler: dict, nb: int, alpha: float, parts: list,
@@ -228,7 +244,8 @@ def combined_reproduction(settings: dict, sampler: dict, configs: Sequence[dict]
         methods = sorted({c.get("method") for c in configs})
         short = [c for c in configs if not c.get("position_bands")]
         first = short[0] if short else configs[0]
-        longs = [c for c in configs if c.get("position_bands")]
+        longs = [c for c in configs if c.get("position_bands") and c.get("scenario") is None]
+        drawn = any(c.get("scenario") is not None for c in configs)  # generated scenarios of the seed
         load = ("from specexact.audit import run_audit\n"
                 "from specexact.audit.e2e_case import e2e_cases\n"
                 "from specexact.decoders.engines.registry import resolve_engine\n"
@@ -238,7 +255,8 @@ def combined_reproduction(settings: dict, sampler: dict, configs: Sequence[dict]
                 f"num_speculative_tokens={first.get('num_speculative_tokens')!r}, "
                 f"requests_per_class={first.get('requests_per_class')!r}"
                 + (f", long_case_too=True, long_requests_per_class={longs[0].get('requests_per_class')!r}"
-                   if longs else "") + ")\n")
+                   if longs else "")
+                + (f", scenarios=True, scenario_seed={settings['seed']!r}" if drawn else "") + ")\n")
         cases = "cases=cases, "
     else:
         load = ("from specexact.audit import resolve_sampler, run_audit\n"

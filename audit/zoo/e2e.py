@@ -20,6 +20,13 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
   the output; vLLM #34497 reported logprobs that differ under speculative decoding): the
   logprob checks (:mod:`~specexact.audit.cases.e2e.logprob_checks`) find it on the
   speculative path only;
+- the faults only generated scenarios reach (:data:`E2E_WRONG_SCENARIO`,
+  :mod:`specexact.audit.cases.e2e.scenarios`): :class:`UnmaskedLeftPadding` (a shorter
+  prompt left-padded to the call's longest one, the padding attended: its tokens sit at the
+  wrong positions), :class:`PenaltiesOncePerRound` (the penalty counts updated once per
+  round, not per accepted token: the drafts of a verify window are not counted for the
+  prefixes after them, SGLang PR #33643) and :class:`FourthWindowPositionMisread` (the
+  fourth position of a verify window reads the third's logits: only γ ≥ 3 shows it);
 - :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
   raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
   ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
@@ -27,7 +34,8 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
 
 :data:`E2E_WRONG` maps names to the classes; ``tests/audit/zoo/test_e2e.py`` asserts each is
 caught, with the tier and the check that names it. :data:`E2E_WRONG_LONG` holds the faults
-only the long case reaches (``tests/audit/zoo/test_e2e_long.py``).
+only the long case reaches (``tests/audit/zoo/test_e2e_long.py``), :data:`E2E_WRONG_SCENARIO`
+those the generated scenarios reach (``tests/audit/zoo/test_e2e_scenarios.py``).
 """
 
 from __future__ import annotations
@@ -38,15 +46,15 @@ from dataclasses import replace
 import torch
 
 from specexact.audit.zoo import bonus_from_last_draft_position
-from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier
+from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.decoders.law_table import shared_laws
 from specexact.decoders.params import SamplingParams, batch_params
 
 __all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
-           "LogprobsOfDraftLaw",
-           "TemperatureLostFromPosition16", "E2E_WRONG", "E2E_WRONG_LONG"]
+           "LogprobsOfDraftLaw", "TemperatureLostFromPosition16", "UnmaskedLeftPadding", "PenaltiesOncePerRound",
+           "FourthWindowPositionMisread", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
 
 
 class _Shifted:
@@ -155,6 +163,91 @@ class LogprobsOfDraftLaw(BuiltinEngine):
         return out
 
 
+class _LeftPadded:
+    """``model`` on inputs left-padded with ``pad`` tokens of id 0 that attention sees.
+
+    Shape: as ``model``: ``input_ids [B, T], positions [B, n] -> logits [B, n, V]``."""
+
+    def __init__(self, model, pad: int) -> None:
+        self.model, self.pad, self.vocab_size, self.device = model, int(pad), model.vocab_size, model.device
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        B, T = input_ids.shape
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device)[None].expand(B, -1)
+        padded = torch.cat([torch.zeros((B, self.pad), dtype=input_ids.dtype, device=input_ids.device), input_ids], 1)
+        return self.model(padded, positions + self.pad)
+
+
+class UnmaskedLeftPadding(BuiltinEngine):
+    """In a speculative call holding prompts of different lengths, each shorter prompt's
+    target is run left-padded to the call's longest prompt with the padding not masked (as
+    an engine that batches a call's rows in one padded tensor and loses the attention mask);
+    calls whose prompts all have one length, and the plain path, are right."""
+
+    name = "zoo-e2e:unmasked_left_padding"
+
+    def group_target(self, target, *, prompt_len, requests, speculative):
+        longest = max(len(r.prompt_token_ids) for r in requests)
+        if not speculative or prompt_len >= longest:
+            return target
+        return _LeftPadded(target, longest - prompt_len)
+
+
+class _PenaltiesAtRoundStart(LogitsLevelVerifier):
+    """The built-in processing, but every candidate prefix of a verify window is penalised
+    with the output as it was at the round's start (the window's drafts not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="penalties-once-per-round")
+
+    def candidate_histories(self, inputs: LogitsVerifyInputs) -> torch.Tensor:
+        """Shape: ``[B, K+1, H + K]``: the output so far for every prefix, ``-1`` elsewhere."""
+        right = candidate_histories(inputs)
+        H = inputs.output_token_ids.shape[1]
+        out = right.clone()
+        out[:, :, H:] = right[:, :1, H:]  # prefix 0's (no drafts) for every prefix
+        return out
+
+
+class PenaltiesOncePerRound(BuiltinEngine):
+    """Penalty counts (repetition, presence, frequency) updated once per round instead of
+    once per accepted token: the target's law at each prefix of a verify window is
+    penalised as at the round's start (SGLang PR #33643's kind of fault). Only the
+    speculative path, only with penalties and γ >= 2."""
+
+    name = "zoo-e2e:penalties_once_per_round"
+
+    @property
+    def verifier(self):
+        return _PenaltiesAtRoundStart()
+
+
+class _FourthPositionMisread:
+    """``model`` whose logits at the fourth requested position of a call of four or more
+    (a verify window of γ >= 3) are those of the third."""
+
+    def __init__(self, model) -> None:
+        self.model, self.vocab_size, self.device = model, model.vocab_size, model.device
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.model(input_ids, positions)
+        if positions is not None and positions.shape[1] >= 4:
+            logits = logits.clone()
+            logits[:, 3] = logits[:, 2]
+        return logits
+
+
+class FourthWindowPositionMisread(BuiltinEngine):
+    """The speculative path's target reads the logits of the third position of a verify
+    window for its fourth (an off-by-one in a window's gather that γ <= 2 never reaches)."""
+
+    name = "zoo-e2e:fourth_window_position_misread"
+
+    def speculative_target(self, target):
+        return _FourthPositionMisread(target)
+
+
 class CrashesOnTopK(BuiltinEngine):
     """Speculative calls with a top-k request raise; every call raises after a crash until
     :meth:`load` runs again (a broken engine state)."""
@@ -192,3 +285,11 @@ E2E_WRONG_LONG = {
     "temperature_lost_from_position_16": TemperatureLostFromPosition16,
 }
 """The planted faults that only the long case reaches (past output position 16), by name."""
+
+E2E_WRONG_SCENARIO = {
+    "unmasked_left_padding": UnmaskedLeftPadding,
+    "penalties_once_per_round": PenaltiesOncePerRound,
+    "fourth_window_position_misread": FourthWindowPositionMisread,
+}
+"""The planted faults that the generated scenarios reach (mixed prompt lengths in one call,
+penalties across a verify window, γ >= 3), by name."""

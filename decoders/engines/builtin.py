@@ -71,8 +71,8 @@ class BuiltinEngine:
 
     Notes
     -----
-    The hooks :meth:`speculative_target`, :meth:`speculative_params`, :meth:`generator` and
-    :attr:`verifier` are what the planted faults of :mod:`specexact.audit.zoo.e2e` override.
+    The hooks :meth:`speculative_target`, :meth:`speculative_params`, :meth:`group_target`,
+    :meth:`generator` and :attr:`verifier` are what the planted faults of :mod:`specexact.audit.zoo.e2e` override.
     """
 
     name = "builtin"
@@ -135,6 +135,11 @@ class BuiltinEngine:
 
         return params, (SamplingParams(temperature=0.0) if self.method == "draft_model_greedy" else params)
 
+    def group_target(self, target, *, prompt_len: int, requests: Sequence[GenerationRequest], speculative: bool):
+        """The target model a group of requests with prompts of ``prompt_len`` tokens is run
+        with, in a call of ``requests`` (before the ``min_tokens`` mask)."""
+        return target
+
     def generator(self, seeds: Sequence[int]) -> torch.Generator:
         """The generator of a group of requests."""
         return torch.Generator().manual_seed(group_seed(seeds))
@@ -186,7 +191,8 @@ class BuiltinEngine:
         for (T0, max_tokens, min_tokens, eos), idx in groups.items():
             reqs = [requests[i] for i in idx]
             prompts = torch.tensor([r.prompt_token_ids for r in reqs], dtype=torch.int64)
-            target, draft = self.target, self.draft
+            target = self.group_target(self.target, prompt_len=T0, requests=requests, speculative=speculative)
+            draft = self.draft
             if min_tokens and eos is not None:
                 target = MinTokensModel(target, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
                 draft = MinTokensModel(draft, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)

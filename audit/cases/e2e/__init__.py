@@ -50,6 +50,9 @@ The package, one module per job:
   fresh processes (the run room starts them);
 - :mod:`.checks`: the checks and their count;
 - :mod:`.token_checks`: the long case's per-token checks by position band;
+- :mod:`.scenarios`: generated scenarios as cases (drawn from the audit seed, checked token
+  by token like the long case);
+- :mod:`.shrink`: shrinking a failing scenario to the smallest that still fails, and its replay;
 - :mod:`.run`: running a case (:func:`~.run.run_e2e_case`);
 - :mod:`.kind`: the case kind, :data:`~.kind.CASE_KIND`.
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass
+from specexact.audit.cases.e2e.scenarios import scenario_cases
 from specexact.decoders.engines.protocol import EngineCapabilities
 from specexact.decoders.params import SamplingParams
 from specexact.decoders.tiny_models import CATALOG
@@ -126,12 +127,16 @@ def long_case(engine, method: str, *, pair: str = "llama-v64", requests_per_clas
 
 def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num_speculative_tokens: int = 2,
               requests_per_class: int = 256, seed: int = 0, long_case_too: bool = False,
-              long_requests_per_class: int = LONG_REQUESTS_PER_CLASS) -> list[E2ECase]:
+              long_requests_per_class: int = LONG_REQUESTS_PER_CLASS, scenarios: bool = False,
+              scenario_seed: int = 0) -> list[E2ECase]:
     """The end-to-end cases of ``engine``: one per method it declares (or ``method`` only),
     with the row classes of :func:`_row_classes` its processing implements; with
-    ``long_case_too`` then the long case (:func:`long_case`, ``long_requests_per_class``
-    requests per class) of ``method``, or of ``draft_model`` (else the first method) when
-    no method is given.
+    ``scenarios`` the generated scenario cases of the audit seed ``scenario_seed``
+    (:func:`~specexact.audit.cases.e2e.scenarios.scenario_cases`) first (a budgeted audit's
+    pilot times the cases in order and leaves out those it has no time to time: the
+    scenarios are the cheapest, each a few seconds); with ``long_case_too`` then the long case (:func:`long_case`, ``long_requests_per_class`` requests per class).
+    The scenarios and the long case use ``method``, or ``draft_model`` (else the first
+    method) when no method is given.
 
     Raises
     ------
@@ -158,7 +163,9 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
             check_logprobs=caps.logprobs is not None,
             description=f"{engine.name} {m}, γ={num_speculative_tokens}, on {pair}: the engine's own generate loop",
             tags=("e2e",)))
+    m = method if method is not None else ("draft_model" if "draft_model" in methods else methods[0])
+    if scenarios:  # first: a budgeted audit's pilot times the cases in order, and these are cheap
+        cases[:0] = scenario_cases(engine, m, seed=scenario_seed, pair=pair)
     if long_case_too:
-        m = method if method is not None else ("draft_model" if "draft_model" in methods else methods[0])
         cases.append(long_case(engine, m, pair=pair, requests_per_class=long_requests_per_class, seed=seed))
     return cases

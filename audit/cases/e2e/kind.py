@@ -13,8 +13,10 @@ from specexact.audit.cases.e2e.checks import e2e_num_checks
 from specexact.audit.cases.e2e.engine_call import engine_generate, ensure_loaded, generate_call
 from specexact.audit.cases.e2e.laws import case_models
 from specexact.audit.cases.e2e.sampling import run_e2e_case
+from specexact.audit.cases.e2e.shrink import shrink_failures
 from specexact.audit.cases.planning import PLAN_MAX_BINS, support_size
 from specexact.audit.cases.result import CaseResult
+from specexact.audit.core.levels import MIN_EXPECTED
 from specexact.decoders.engines.protocol import is_engine
 from specexact.exactness.pit import MAX_CELLS
 
@@ -80,7 +82,16 @@ class E2EKind:
         generate_call(engine, case, 0, speculative=False)
 
     def run(self, case, engine, **kwargs) -> CaseResult:
-        return run_e2e_case(case, engine, **kwargs)
+        """:func:`~specexact.audit.cases.e2e.sampling.run_e2e_case`; a drawn scenario case
+        that fails on a fixed number of calls is then shrunk
+        (:func:`~specexact.audit.cases.e2e.shrink.shrink_failures`: the shrunk scenario in the
+        result's ``extras["shrunk"]``; its checks stay the original's: shrinking changes no
+        verdict). Under a time budget the audit shrinks it after all its cases ran."""
+        result = run_e2e_case(case, engine, **kwargs)
+        if kwargs.get("time_budget_s") is None:
+            shrink_failures([result], engine, false_fail_rate=kwargs["false_fail_rate"], seed=kwargs.get("seed", 0),
+                            min_expected=kwargs.get("min_expected", MIN_EXPECTED), time_left_s=None)
+        return result
 
     def event_inputs(self, case, event: dict, sampler) -> dict:
         raise ValueError(f"case {case.name!r} is an end-to-end case: its checks record no per-event replays")

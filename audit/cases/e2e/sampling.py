@@ -58,11 +58,12 @@ def _padded(results, length: int) -> torch.Tensor:
 def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0, num_batches: int | None = None,
                  time_budget_s: float | None = None, min_batches: int = 2, device: torch.device | str = "cpu",
                  progress: Callable[[int, int], None] | None = None,
-                 min_expected: float = MIN_EXPECTED) -> CaseResult:
+                 min_expected: float = MIN_EXPECTED, reproducibility: bool = True) -> CaseResult:
     """Run ``case`` on ``engine`` and check its laws (:mod:`specexact.audit.cases.e2e`'s
     docstring); the arguments and the result are those of
     :func:`~specexact.audit.cases.dispatch.run_case` (``device`` is the engine's own business;
-    ``seed`` shifts every request's seed)."""
+    ``seed`` shifts every request's seed). ``reproducibility=False`` skips the
+    reproducibility calls and their check (a shrink's candidates that need not repeat it)."""
     if (num_batches is None) == (time_budget_s is None):
         raise ValueError("give exactly one of num_batches and time_budget_s")
     start = time.perf_counter()
@@ -140,11 +141,14 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                                 tail_s=pair_s + tail_checks_s):
                     break
             where = "the reproducibility calls"
-            lp = case.check_logprobs  # the first call's requests, as they were
-            again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
-                                  logprobs=lp)[1], case.length)
-            again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
-                                        logprobs=lp)[1], case.length)
+            if not reproducibility:
+                again = again_plain = None
+            else:
+                lp = case.check_logprobs  # the first call's requests, as they were
+                again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
+                                      logprobs=lp)[1], case.length)
+                again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
+                                            logprobs=lp)[1], case.length)
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
@@ -168,7 +172,8 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                     phases[k] = phases.get(k, 0.0) + v
             return result
         t = time.perf_counter()
-        result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate))
+        if reproducibility:
+            result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate))
         result.checks.extend(logprob_results)
         all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
         if case.position_bands:

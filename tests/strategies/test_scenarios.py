@@ -1,0 +1,84 @@
+"""End-to-end scenarios (strategies/scenarios.py): every axis is reachable, every example is
+valid, and the strategy shrinks toward the simplest scenario."""
+
+import pytest
+from hypothesis import HealthCheck, Phase, find, settings
+
+from specexact.decoders.params import SamplingParams
+from specexact.strategies import (
+    KV_BLOCK,
+    PARAM_RANGES,
+    InvalidArgument,
+    RequestShape,
+    Scenario,
+    e2e_scenarios,
+    scenario_axes,
+)
+
+_FIND = settings(max_examples=2_000, derandomize=True, database=None, deadline=None,
+                 phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+
+
+def _set(shape: RequestShape) -> set:
+    return {k for k in PARAM_RANGES if getattr(shape.params, k) != getattr(SamplingParams(), k)}
+
+
+#: axis -> a condition a scenario meets when it reaches it (the issue's axes)
+AXES = {
+    "gamma 8": lambda s: s.gamma >= 8,
+    "gamma 3 with a whole verify window": lambda s: s.gamma >= 3 and max(x.max_tokens for x in s.shapes) > s.gamma,
+    "mixed prompt lengths in one call": lambda s: scenario_axes(s)["mixed_prompt_lengths"],
+    "a prompt past two KV blocks (>= 40)": lambda s: scenario_axes(s)["longest_prompt"] >= 40,
+    "an output position past 32": lambda s: scenario_axes(s)["last_position"] > 2 * KV_BLOCK,
+    "max_tokens 64": lambda s: scenario_axes(s)["last_position"] == 63,
+    "min_tokens with EOS reachable": lambda s: scenario_axes(s)["min_tokens_with_eos"],
+    "EOS off with a long output": lambda s: any(not x.eos and x.max_tokens > 16 for x in s.shapes),
+    "four request shapes": lambda s: len(s.shapes) == 4,
+    "all seven parameters in one request": lambda s: any(len(_set(x)) == 7 for x in s.shapes),
+    "penalties with truncation": lambda s: any({"top_k", "presence_penalty"} <= _set(x) for x in s.shapes),
+    "two shapes, different parameters, one call": lambda s: len({x.params for x in s.shapes}) > 1,
+}
+
+
+@pytest.mark.parametrize("axis", sorted(AXES))
+def test_every_axis_is_reachable(axis):
+    found = find(e2e_scenarios(), AXES[axis], settings=_FIND)
+    assert AXES[axis](found)
+
+
+def test_it_shrinks_to_the_simplest_scenario():
+    simplest = find(e2e_scenarios(), lambda s: True, settings=settings(_FIND, phases=[Phase.generate, Phase.shrink]))
+    assert simplest == Scenario(gamma=1, shapes=(RequestShape(prompt_len=1, prompt_seed=0, params=SamplingParams(),
+                                                              max_tokens=1, min_tokens=0, eos=False),), seed=0)
+    # a condition on one axis shrinks the others away
+    long = find(e2e_scenarios(), lambda s: scenario_axes(s)["last_position"] >= 40,
+                settings=settings(_FIND, phases=[Phase.generate, Phase.shrink]))
+    assert len(long.shapes) == 1 and long.gamma == 1 and long.shapes[0].max_tokens == 41
+    assert long.shapes[0].params == SamplingParams() and long.shapes[0].prompt_len == 1
+
+
+def test_every_example_is_valid_and_round_trips(every_example):
+    for s in every_example(e2e_scenarios(), n=200):
+        assert 1 <= s.gamma <= 8 and 1 <= len(s.shapes) <= 4
+        for x in s.shapes:
+            assert 1 <= x.prompt_len <= 48 and 1 <= x.max_tokens <= 64 and 0 <= x.min_tokens <= x.max_tokens
+            prompt = x.prompt(64)
+            assert len(prompt) == x.prompt_len and all(2 <= t < 64 for t in prompt)
+            assert prompt == x.prompt(64)  # seeded
+            for k in _set(x):
+                lo, hi = PARAM_RANGES[k]
+                assert lo <= getattr(x.params, k) <= hi, (k, x.params)
+        assert Scenario.from_dict(s.to_dict()) == s
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(InvalidArgument, match="max_gamma must be an integer >= 1, got 0"):
+        e2e_scenarios(max_gamma=0)
+    with pytest.raises(InvalidArgument, match="max_tokens must be an integer >= 1"):
+        e2e_scenarios(max_tokens=2.5)
+    with pytest.raises(InvalidArgument, match=r"min_tokens must be in \[0, max_tokens=3\], got 4"):
+        RequestShape(prompt_len=2, prompt_seed=0, max_tokens=3, min_tokens=4)
+    with pytest.raises(InvalidArgument, match="gamma must be >= 1, got 0"):
+        Scenario(gamma=0, shapes=(RequestShape(prompt_len=1, prompt_seed=0),))
+    with pytest.raises(InvalidArgument, match="shapes must be a non-empty tuple"):
+        Scenario(gamma=1, shapes=())
