@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from specexact.audit.cases.dispatch import run_case
-from specexact.audit.cases.e2e.shrink import shrink_failures
+from specexact.audit.cases.e2e.shrink import SHRINK_ALLOWANCE, shrink_failures
 from specexact.audit.cases.result import CaseResult
 from specexact.audit.core.json_io import to_jsonable
 from specexact.audit.core.levels import MIN_EXPECTED
@@ -388,7 +388,9 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
         status({"event": "case_end", **common, "resumed": False, "passed": res.passed, "elapsed_s": run.elapsed(),
                 "result": res})
     # failing generated scenarios of a budgeted audit are shrunk now, in what is left of the budget
-    left = None if settings.mode != "budget" else settings.effective_budget_s - run.elapsed()
+    # and of its 10 % allowance (SHRINK_ALLOWANCE), never past them: a scenario not shrunk then
+    # keeps the original as its replay
+    left = None if settings.mode != "budget" else (1.0 + SHRINK_ALLOWANCE) * settings.effective_budget_s - run.elapsed()
     shrink_failures([r for r, _ in results], verifier, false_fail_rate=alpha, seed=settings.seed,
                     min_expected=MIN_EXPECTED, time_left_s=left)
     carried = [planned[c.name] for c in cases if c.name in planned]

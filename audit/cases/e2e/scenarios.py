@@ -173,10 +173,11 @@ class ScenarioCase(E2ECase):
         if not isinstance(self.scenario, Scenario):
             raise ValueError(f"case {self.name!r}: scenario must be a Scenario, got {self.scenario!r}")
 
-    def requests(self, eos_token_id: int, call: int) -> list[GenerationRequest]:
+    def requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
         """The requests of call ``call``: as :meth:`E2ECase.requests`, every seed shifted by
         the scenario's seed."""
-        return [replace(r, seed=r.seed + int(self.scenario.seed)) for r in super().requests(eos_token_id, call)]
+        return [replace(r, seed=r.seed + int(self.scenario.seed))
+                for r in super().requests(eos_token_id, call, logprobs)]
 
     def to_dict(self) -> dict:
         d = super().to_dict()

@@ -32,7 +32,7 @@ from specexact.audit.cases.result import CaseResult
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.strategies.scenarios import Scenario
 
-__all__ = ["SHRINK_TIME_S", "SHRINK_MIN_S", "ShrinkResult", "failing_types", "needs_shrink", "shrink_scenario", "shrink_failures",
+__all__ = ["SHRINK_TIME_S", "SHRINK_ALLOWANCE", "ShrinkResult", "failing_types", "needs_shrink", "shrink_scenario", "shrink_failures",
            "shrunk_replay"]
 
 SHRINK_TIME_S = 20.0
@@ -42,9 +42,10 @@ SHRINK_CALLS = 2
 """Generate calls (speculative and plain each) of every candidate: the fewest a case makes,
 so that each candidate costs the least (the original may have run more)."""
 
-SHRINK_MIN_S = 10.0
-"""Seconds a budgeted audit's shrink gets even when its budget is spent: a failing audit may
-end up to this much late (per failing scenario) to make its example small."""
+SHRINK_ALLOWANCE = 0.1
+"""The share of a budgeted audit's budget, past it, that shrinking may still use (the 10 %
+an audit may end past its budget): a failing scenario is shrunk only in what is left of the
+budget and this allowance."""
 
 
 @dataclass(frozen=True)
@@ -99,16 +100,17 @@ def needs_shrink(result: CaseResult) -> bool:
 def shrink_failures(results, engine, *, false_fail_rate: float, seed: int, min_expected: float,
                     time_left_s: float | None) -> None:
     """Shrink every failing drawn scenario of ``results`` (:class:`CaseResult` s, in place:
-    ``extras["shrunk"]``), each within :data:`SHRINK_TIME_S`, and within what is left of
-    ``time_left_s`` but at least :data:`SHRINK_MIN_S` (None: no limit but theirs). A
-    budgeted audit calls this after all its cases ran, so that shrinking spends what is left
-    of the budget, never a later case's time."""
+    ``extras["shrunk"]``), each within :data:`SHRINK_TIME_S` and within what is left of
+    ``time_left_s`` (None: no limit but theirs; nothing left: the shrink tries no candidate
+    and the original scenario is its own replay). A budgeted audit calls this after all its
+    cases ran, with what is left of its budget and :data:`SHRINK_ALLOWANCE`, so that
+    shrinking never spends a later case's time nor ends the audit past its budget's 10 %."""
     start = time.perf_counter()
     for res in results:
         if not needs_shrink(res):
             continue
         limit = SHRINK_TIME_S if time_left_s is None else min(SHRINK_TIME_S, max(
-            SHRINK_MIN_S, time_left_s - (time.perf_counter() - start)))
+            0.0, time_left_s - (time.perf_counter() - start)))
         shrunk = res.timed("shrink", shrink_scenario, res.case, engine, res, false_fail_rate=false_fail_rate,
                            seed=seed, num_batches=min(res.num_batches, SHRINK_CALLS), min_expected=min_expected,
                            time_limit_s=limit)
