@@ -77,7 +77,19 @@ def _freeze_hypothesis_local_constants() -> None:
         warnings.warn(f"could not pin Hypothesis' local-constant pool: {exc!r}", stacklevel=1)
 
 
-_freeze_hypothesis_local_constants()
+def _is_xdist_controller(config) -> bool:
+    """True in the pytest-xdist process that hands tests to workers and runs none itself.
+
+    It needs no pinned constant pool: it generates no examples. Importing every specexact
+    module there (torch, scipy, transformers: about 5 s of CPU) was wasted; each worker, and a
+    run without xdist (``-n 0``, ``-p no:xdist``), still pins its pool before collecting."""
+    if hasattr(config, "workerinput"):
+        return False
+    try:
+        workers = config.getoption("numprocesses")
+    except ValueError:  # xdist not loaded
+        return False
+    return bool(workers) and workers != 0
 
 # Per profile: how many equal shares the suite's false-fail rate is split into.
 LEDGER_CAPACITY = {"ci": 2_500, "dev": 2_500, "nightly": 200_000}
@@ -93,6 +105,8 @@ def per_check_false_fail_rate() -> float:
 
 
 def pytest_configure(config):
+    if not _is_xdist_controller(config):
+        _freeze_hypothesis_local_constants()
     config.addinivalue_line(
         "markers",
         "statistical(checks): the test runs `checks` statistical checks, each at the "

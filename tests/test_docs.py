@@ -230,21 +230,46 @@ def test_the_test_file_examples_are_found():
     assert "docs/ci/pytest-plugin.md" in {source for source, *_ in TEST_FILES}
 
 
-@pytest.mark.statistical(checks=1)
-@pytest.mark.parametrize("block", TEST_FILES, ids=block_id)
-def test_python_blocks_that_are_test_files_pass_under_pytest(block, pytester, alpha):
-    """Defining a test is not running it: a block that is a pytest file runs as one, as a
-    reader would paste it (the plugin's session at this test's rate), and every test passes.
-    The fuzz phase is left out by the ini option (``specexact_fuzz = false``): it checks the
-    names, markers and arguments the page shows, not the fuzz phase, which
-    ``tests/testing/test_plugin.py`` runs on the example file."""
+def run_test_file(block, pytester, alpha, one_of_each: bool):
+    """Run a page's test file in-process as a reader would paste it (the plugin's session at
+    rate ``alpha``, the fuzz phase left out by the ini option); with ``one_of_each``, only the
+    first collected test of each test function (one parameter of a parametrized one)."""
     source, line, code, _ = block
     pytester.makepyfile(test_docs_example=code)
-    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "-o", "specexact_fuzz=false",
-                                          f"--specexact-false-fail-rate={alpha}")
+    args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-o", "specexact_fuzz=false"]
+    selected = []
+    if one_of_each:
+        collected = pytester.runpytest_inprocess("--collect-only", "-q", *args)
+        first = {}
+        for node in (ln.strip() for ln in collected.stdout.lines if "::" in ln):
+            first.setdefault(node.split("[")[0], node)
+        selected = list(first.values())
+    result = pytester.runpytest_inprocess(*selected, *args, f"--specexact-false-fail-rate={alpha}")
     outcomes = result.parseoutcomes()
     defined = len(re.findall(r"^def test_", code, re.M))
     assert result.ret == 0 and outcomes.get("passed", 0) >= defined, f"{source}:{line}\n{result.stdout.str()}"
+    return outcomes
+
+
+@pytest.mark.statistical(checks=1)
+@pytest.mark.parametrize("block", TEST_FILES, ids=block_id)
+def test_one_test_of_each_function_of_a_block_that_is_a_test_file_passes_under_pytest(block, pytester, alpha):
+    """Defining a test is not running it: a block that is a pytest file runs as one, and the
+    first test of each of its test functions passes (the plugin page's block: one quick case of
+    the parametrized test, and the plain call). The fuzz phase is left out by the ini option
+    (``specexact_fuzz = false``): it checks the names, markers and arguments the page shows,
+    not the fuzz phase, which ``tests/testing/test_plugin.py`` runs on the example file. The
+    whole file runs in the nightly tier (the next test)."""
+    outcomes = run_test_file(block, pytester, alpha, one_of_each=True)
+    assert outcomes["passed"] == len(re.findall(r"^def test_", block[2], re.M))
+
+
+@pytest.mark.nightly
+@pytest.mark.statistical(checks=1)
+@pytest.mark.parametrize("block", TEST_FILES, ids=block_id)
+def test_python_blocks_that_are_test_files_pass_under_pytest(block, pytester, alpha):
+    """Every test of a block that is a pytest file passes, the file run whole as pasted."""
+    run_test_file(block, pytester, alpha, one_of_each=False)
 
 
 @pytest.mark.parametrize("block", TOML, ids=block_id)

@@ -119,8 +119,11 @@ def test_case_names_and_sampler_names():
 
 @pytest.mark.statistical(checks=V8_CHECKS)
 def test_threads_are_restored_and_recorded(alpha):
+    # The thread choice is the subject, not the fuzz phase (its own tests: test_the_fuzz_phase_*
+    # below): fuzz=False, the audit's V8_CHECKS checks at the per-check rate alpha each.
     torch.set_num_threads(1)
-    result = audit_verifier(verify, cases=["v8-plain"], batches=2, threads=2, false_fail_rate=alpha * V8_CHECKS)
+    result = audit_verifier(verify, cases=["v8-plain"], batches=2, threads=2, fuzz=False,
+                            false_fail_rate=alpha * V8_CHECKS)
     assert torch.get_num_threads() == 1
     assert result.report["settings"]["threads"] == {"threads": 2, "chosen_by": "set", "seconds": {},
                                                     "cases_timed": 0}
