@@ -1,0 +1,66 @@
+"""scripts/version_sweep.py without installs: failure rows, the table it writes, its exit statuses.
+
+The environments are stubbed (``env_maker``): one that cannot be built, one whose Python does
+not exist (so each audit and replay cannot start); the real installs and audits are what
+``reports/versions/transformers.md`` records.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("version_sweep", ROOT / "scripts" / "version_sweep.py")
+version_sweep = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(version_sweep)
+
+
+def _env_maker(tmp_path):
+    def make(version, envs, log):
+        if version == "5.3.0":
+            raise RuntimeError("pip said\nERROR: No matching distribution found for transformers==5.3.0")
+        return tmp_path / "no-such-env" / "bin" / "python"
+    return make
+
+
+def test_failures_are_rows_and_the_table_is_written(tmp_path):
+    out = tmp_path / "versions"
+    logged = []
+    status = version_sweep.main(["--versions", "5.3.0", "5.14.1", "--out", str(out), "--envs", str(tmp_path / "envs"),
+                                 "--budget", "5", "--note", "a stub sweep"],
+                                env_maker=_env_maker(tmp_path), log=logged.append)
+    assert status == 1  # some row is a failure row; the sweep itself ran
+    table = json.loads((out / "transformers.json").read_text())
+    assert table["versions"] == ["5.3.0", "5.14.1"] and table["notes"] == ["a stub sweep"]
+    env_row, *audit_rows = table["rows"]
+    assert env_row == {"version": "5.3.0", "method": None, "status": "env-failed",
+                       "error": "ERROR: No matching distribution found for transformers==5.3.0"}
+    assert [(r["method"], r["status"]) for r in audit_rows] == [("draft_model", "audit-failed"),
+                                                                ("prompt_lookup", "audit-failed")]
+    assert all(r["error"].startswith("FileNotFoundError") for r in audit_rows)
+    assert [(r["finding"], r["status"]) for r in table["replays"]] == [
+        ("transformers-assistant-double-warpers", "error"), ("transformers-prompt-lookup-penalty-no-drafts", "error")]
+    assert table["settings"]["budget_s"] == 5.0
+    md = (out / "transformers.md").read_text()
+    assert "**env-failed**: ERROR: No matching distribution found for transformers==5.3.0" in md
+    # Each version keeps its own rows; --table-only rebuilds the same table from them.
+    assert sorted(p.parent.name for p in out.glob("transformers/*/sweep.json")) == ["5.14.1", "5.3.0"]
+    assert version_sweep.main(["--table-only", "--out", str(out), "--note", "a stub sweep"], log=logged.append) == 1
+    assert json.loads((out / "transformers.json").read_text()) == table
+
+
+def test_a_failing_sweep_exits_2_with_one_line(tmp_path, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert version_sweep.main(["--versions", "5.0.0", "--out", str(blocked)], env_maker=_env_maker(tmp_path),
+                              log=lambda m: None) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("version_sweep: ") and str(blocked) in err
+    assert version_sweep.main(["--versions", "latest", "--out", str(tmp_path)], log=lambda m: None) == 2
+    assert "'latest'" in capsys.readouterr().err
+
+
+def test_runtime_requirements_pin_the_cpu_torch():
+    reqs = version_sweep.runtime_requirements()
+    assert reqs[0] == "torch==2.13.0" and sum(r.startswith("torch") for r in reqs) == 1
+    assert any(r.startswith("scipy") for r in reqs)
