@@ -31,6 +31,7 @@ __all__ = [
     "TABLE_SCHEMA",
     "audit_row",
     "failure_row",
+    "finding_name",
     "finding_ranges",
     "replay_row",
     "version_key",
@@ -76,6 +77,24 @@ def _one_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def finding_name(finding: Mapping) -> str:
+    """A finding's name in the table: its check, and for a defect (a crash, a broken output
+    protocol) the first line of what went wrong, without the call number, so one crash found
+    in several versions is one finding and two different crashes are two.
+
+    Parameters
+    ----------
+    finding : mapping
+        One entry of an audit report's ``findings``.
+    """
+    check = str(finding.get("check"))
+    if finding.get("tier") != "defect":
+        return check
+    text = str(finding.get("defect") or finding.get("message") or "").splitlines()
+    what = re.sub(r"^.*? call \d+: ", "", text[0] if text else "").split("; alone")[0].strip()
+    return f"{check}: {what[:100]}" if what else check
+
+
 def audit_row(version: str, method: str, report: Mapping, *, path: str | None = None,
               exit_status: int | None = None) -> dict:
     """One version × method row from an audit's JSON report (schema ``specexact.audit/1``).
@@ -100,7 +119,7 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
         tier), ``sequences``, ``wall_time_s``, ``budget_s``, ``detectable_tv`` (the largest
         of the sequence-law checks' detectable TVs: the smallest discrepancy of every
         class's law the audit was sure to catch, or None where no such check ran),
-        ``findings`` (``check``, ``tier``, ``source`` of each), ``engine_version`` (what the
+        ``findings`` (``check``: :func:`finding_name`, ``tier``, ``source`` of each), ``engine_version`` (what the
         report's engine said), ``report`` and ``exit_status``.
 
     Raises
@@ -124,7 +143,7 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
         "wall_time_s": report.get("wall_time_s"),
         "budget_s": (report.get("settings") or {}).get("budget_s"),
         "detectable_tv": max(seq_tvs) if seq_tvs else None,
-        "findings": [{"check": f.get("check"), "tier": f.get("tier"), "source": f.get("source")}
+        "findings": [{"check": finding_name(f), "tier": f.get("tier"), "source": f.get("source")}
                      for f in report.get("findings", [])],
         "engine_version": metadata.get("version") if isinstance(metadata, Mapping) else None,
         "report": path,
@@ -156,7 +175,9 @@ def failure_row(version: str, method: str | None, status: str, error: str) -> di
 
 def replay_row(version: str, finding: str, script: str, exit_status: int | None, output: str,
                *, method: str | None = None) -> dict:
-    """One replay's outcome on one version: exit status 1 reproduced, 0 not, else an error.
+    """One replay's outcome on one version: reproduced (exit status 1 and the last line printed
+    ``finding reproduced``), not reproduced (exit 0, ``not reproduced``), else an error (a
+    Python exception exits 1 too, so the status alone does not say reproduced).
 
     Parameters
     ----------
@@ -174,7 +195,14 @@ def replay_row(version: str, finding: str, script: str, exit_status: int | None,
         The drafting method the finding concerns (links it to that method's audit rows).
     """
     lines = [line.rstrip() for line in str(output).splitlines() if line.strip()]
-    status = {1: "reproduced", 0: "not reproduced"}.get(exit_status, "error")
+    last = lines[-1].strip() if lines else ""
+    # An uncaught exception also exits 1: reproduced needs the script's own last line too.
+    if exit_status == 1 and last == "finding reproduced":
+        status = "reproduced"
+    elif exit_status == 0 and last == "not reproduced":
+        status = "not reproduced"
+    else:
+        status = "error"
     return {"version": str(version), "finding": finding, "script": script, "method": method,
             "status": status, "exit_status": exit_status, "printed": lines[-5:]}
 

@@ -9,7 +9,8 @@ reaches for another torch), then this checkout editable with ``--no-deps``. In i
 
 - ``specexact audit --engine transformers --method M --requests-per-class R --budget B
   --seed S --threads 1 --report-dir reports/versions/transformers/<ver>/`` for each method;
-- each finding's replay script (``scripts/replays/...``; exit 1 reproduced, 0 not).
+- each finding's replay script (:data:`REPLAYS`; exit 1 and ``finding reproduced`` printed:
+  reproduced; exit 0 and ``not reproduced``: not; anything else: an error row).
 
 Each version's outcomes are kept in ``reports/versions/transformers/<ver>/sweep.json`` (its
 rows; a rerun of one version replaces them), and the table over every version there is
@@ -25,6 +26,7 @@ Usage (from the repository root, with specexact installed in the running Python)
 
     python scripts/version_sweep.py                                 # the default versions, 60 s audits
     python scripts/version_sweep.py --versions 5.0.0 5.25.0 --budget 120
+    python scripts/version_sweep.py --replays-only                  # the replays again, audits kept
     python scripts/version_sweep.py --table-only                    # rebuild the table from sweep.json files
 
 Exit status: 0 when every row ran (whatever the verdicts), 1 when some row is a failure row,
@@ -55,6 +57,10 @@ DEFAULT_METHODS = ("draft_model", "prompt_lookup")
 REPLAYS = (
     ("transformers-assistant-double-warpers", "scripts/replays/transformers_assistant_double_warpers.py", "draft_model"),
     ("transformers-prompt-lookup-penalty-no-drafts", "scripts/replays/transformers_prompt_lookup_penalty_no_drafts.py",
+     "prompt_lookup"),
+    # Found by this sweep (5.0.0's defect findings):
+    ("transformers-assisted-min-length-crash", "scripts/replays/transformers_assisted_min_length_crash.py", "draft_model"),
+    ("transformers-prompt-lookup-no-eos-crash", "scripts/replays/transformers_prompt_lookup_no_eos_crash.py",
      "prompt_lookup"),
 )
 TORCH = "torch==2.13.0"
@@ -157,7 +163,9 @@ def run_replay(python: Path, version: str, finding: str, script: str, method: st
                               timeout=args.timeout, env=_child_env(), cwd=ROOT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return replay_row(version, finding, script, None, f"{type(exc).__name__}: {exc}", method=method)
-    output = proc.stdout if proc.returncode in (0, 1) else proc.stdout + "\n" + _last_line(proc.stderr)
+    output = proc.stdout
+    if _last_line(output) not in ("finding reproduced", "not reproduced"):  # it did not finish: say why
+        output += "\n" + _last_line(proc.stderr)
     return replay_row(version, finding, script, proc.returncode, output, method=method)
 
 
@@ -173,7 +181,10 @@ def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
         log(f"  environment failed: {exc}")
         return {"version": version, "rows": [failure_row(version, None, "env-failed", str(exc))], "replays": []}
     out = args.out / ENGINE / version
-    rows = [run_audit(python, version, m, out, args, log) for m in args.methods]
+    if args.replays_only:  # keep the version's audit rows, run its replays again
+        rows = json.loads((out / "sweep.json").read_text())["rows"]
+    else:
+        rows = [run_audit(python, version, m, out, args, log) for m in args.methods]
     replays = [run_replay(python, version, f, s, m, args, log) for f, s, m in REPLAYS
                if m in args.methods and not args.no_replays]
     log(f"  {version} done in {time.monotonic() - t0:.0f} s")
@@ -184,11 +195,19 @@ def write_table(args, log) -> Path:
     """Gather every ``<out>/<engine>/<ver>/sweep.json`` and write ``<out>/<engine>.json`` and ``.md``."""
     from specexact.reports.version_table import version_table, version_table_markdown
 
+    from specexact.reports.version_table import audit_row, replay_row
+
     rows, replays, settings = [], [], {}
     for path in sorted((args.out / ENGINE).glob("*/sweep.json")):
         data = json.loads(path.read_text())
-        rows += data["rows"]
-        replays += data["replays"]
+        for row in data["rows"]:  # read again from the kept reports: the table's reading may have changed
+            report = ROOT / row["report"] if row.get("report") else None
+            if row["status"] == "ran" and report is not None and report.is_file():
+                row = audit_row(row["version"], row["method"], json.loads(report.read_text()), path=row["report"],
+                                exit_status=row.get("exit_status"))
+            rows.append(row)
+        replays += [replay_row(r["version"], r["finding"], r["script"], r["exit_status"], "\n".join(r["printed"]),
+                               method=r.get("method")) for r in data["replays"]]
         settings = data.get("settings", settings)
     notes = [line for line in (args.notes or [])]
     table = version_table(rows, replays, engine=ENGINE, settings=settings, notes=notes)
@@ -210,6 +229,8 @@ def parse_args(argv=None):
     parser.add_argument("--envs", type=Path, default=ROOT / ".sweep", help="where the environments go (git-ignored)")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "versions")
     parser.add_argument("--no-replays", action="store_true")
+    parser.add_argument("--replays-only", action="store_true",
+                        help="keep each version's audit rows (its sweep.json) and run only its replays again")
     parser.add_argument("--table-only", action="store_true", help="only rebuild the table from the kept sweep.json files")
     parser.add_argument("--note", dest="notes", action="append", help="a note kept with the table (repeatable)")
     args = parser.parse_args(argv)

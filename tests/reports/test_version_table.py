@@ -6,6 +6,7 @@ from specexact.reports.version_table import (
     TABLE_SCHEMA,
     audit_row,
     failure_row,
+    finding_name,
     finding_ranges,
     replay_row,
     version_key,
@@ -54,8 +55,20 @@ def test_failure_rows_keep_one_line_and_a_known_status():
         failure_row("5.3.0", "draft_model", "crashed", "boom")
 
 
+def test_a_defect_is_named_by_what_went_wrong():
+    crash = {"check": "defect", "tier": "defect", "message": "m",
+             "defect": "crash in speculative generate call 3: TypeError: isin() received an invalid combination\n"
+                       " * (Tensor elements, ...); alone, these crash: class 0\nTraceback ..."}
+    assert finding_name(crash) == "defect: TypeError: isin() received an invalid combination"
+    assert finding_name(dict(crash, defect="crash in speculative generate call 0: TypeError: isin() received an "
+                                           "invalid combination; alone, these crash: class 2")) == finding_name(crash)
+    assert finding_name({"check": "sequence_law[class 2]", "tier": "inexact"}) == "sequence_law[class 2]"
+
+
 def test_replay_rows_read_the_exit_status():
     assert replay_row("5.0.0", "f", "s.py", 1, "a\nfinding reproduced\n")["status"] == "reproduced"
+    # A Python exception exits 1 too: without the script's own last line it is an error.
+    assert replay_row("5.0.0", "f", "s.py", 1, "a\nTypeError: isin()")["status"] == "error"
     assert replay_row("5.0.0", "f", "s.py", 0, "not reproduced")["status"] == "not reproduced"
     err = replay_row("5.0.0", "f", "s.py", None, "TimeoutExpired: ...")
     assert err["status"] == "error" and err["printed"] == ["TimeoutExpired: ..."]
@@ -70,10 +83,11 @@ def _sweep():
         audit_row("5.25.0", "draft_model", _report("fail", [UNDER])),
         failure_row("5.3.0", None, "env-failed", "ERROR: Could not build wheels for tokenizers"),
         failure_row("5.9.0", "prompt_lookup", "audit-failed", "exit 2: engine transformers: ImportError"),
+        failure_row("5.24.0", "draft_model", "audit-failed", "TimeoutExpired: ..."),  # not a version "without" it
     ]
     replays = [
-        replay_row("5.0.0", "warpers", "r.py", 1, "reproduced", method="draft_model"),
-        replay_row("5.9.0", "warpers", "r.py", 1, "reproduced", method="draft_model"),
+        replay_row("5.0.0", "warpers", "r.py", 1, "finding reproduced", method="draft_model"),
+        replay_row("5.9.0", "warpers", "r.py", 1, "finding reproduced", method="draft_model"),
         replay_row("5.14.1", "warpers", "r.py", 0, "not reproduced", method="draft_model"),
         replay_row("5.25.0", "warpers", "r.py", 0, "not reproduced", method="draft_model"),
         replay_row("5.24.0", "warpers", "r.py", 2, "Traceback\nAttributeError: x", method="draft_model"),

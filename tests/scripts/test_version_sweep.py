@@ -38,8 +38,9 @@ def test_failures_are_rows_and_the_table_is_written(tmp_path):
     assert [(r["method"], r["status"]) for r in audit_rows] == [("draft_model", "audit-failed"),
                                                                 ("prompt_lookup", "audit-failed")]
     assert all(r["error"].startswith("FileNotFoundError") for r in audit_rows)
-    assert [(r["finding"], r["status"]) for r in table["replays"]] == [
-        ("transformers-assistant-double-warpers", "error"), ("transformers-prompt-lookup-penalty-no-drafts", "error")]
+    assert sorted((r["version"], r["finding"], r["status"]) for r in table["replays"]) == sorted(
+        ("5.14.1", finding, "error") for finding, _, _ in version_sweep.REPLAYS)
+    assert all(r["printed"][-1].startswith("FileNotFoundError") for r in table["replays"])
     assert table["settings"]["budget_s"] == 5.0
     md = (out / "transformers.md").read_text()
     assert "**env-failed**: ERROR: No matching distribution found for transformers==5.3.0" in md
@@ -47,6 +48,12 @@ def test_failures_are_rows_and_the_table_is_written(tmp_path):
     assert sorted(p.parent.name for p in out.glob("transformers/*/sweep.json")) == ["5.14.1", "5.3.0"]
     assert version_sweep.main(["--table-only", "--out", str(out), "--note", "a stub sweep"], log=logged.append) == 1
     assert json.loads((out / "transformers.json").read_text()) == table
+    # --replays-only keeps the audit rows of each version's sweep.json and runs only the replays.
+    status = version_sweep.main(["--versions", "5.14.1", "--replays-only", "--out", str(out), "--envs",
+                                 str(tmp_path / "envs"), "--note", "a stub sweep"],
+                                env_maker=_env_maker(tmp_path), log=logged.append)
+    assert status == 1 and json.loads((out / "transformers.json").read_text())["rows"] == table["rows"]
+    assert not any("specexact audit" in m for m in logged[logged.index("transformers 5.14.1", 5):])
 
 
 def test_a_failing_sweep_exits_2_with_one_line(tmp_path, capsys):
