@@ -25,6 +25,7 @@ Two kinds of finding, read differently:
 from __future__ import annotations
 
 import re
+import posixpath
 from typing import Iterable, Mapping, Sequence
 
 __all__ = [
@@ -118,7 +119,9 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
         ``version``, ``method``, ``status`` (``"ran"``), ``verdict``, ``tiers`` (findings per
         tier), ``sequences``, ``wall_time_s``, ``budget_s``, ``detectable_tv`` (the largest
         of the sequence-law checks' detectable TVs: the smallest discrepancy of every
-        class's law the audit was sure to catch, or None where no such check ran),
+        class's law the audit was sure to catch, or None where none had power: too few
+        sequences for a statistical test, only the exact support checks ran),
+        ``sequence_law_checks`` (how many ran),
         ``findings`` (``check``: :func:`finding_name`, ``tier``, ``source`` of each), ``engine_version`` (what the
         report's engine said), ``report`` and ``exit_status``.
 
@@ -130,8 +133,8 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
     if not isinstance(report, Mapping) or "verdict" not in report or "tiers" not in report:
         raise ValueError(f"report must be a specexact.audit/1 report with verdict and tiers, got "
                          f"{sorted(report) if isinstance(report, Mapping) else type(report).__name__}")
-    seq_tvs = [c.get("detectable_tv") for c in report.get("checks", [])
-               if str(c.get("name", "")).startswith("sequence_law[") and isinstance(c.get("detectable_tv"), (int, float))]
+    seq_checks = [c for c in report.get("checks", []) if str(c.get("name", "")).startswith("sequence_law[")]
+    seq_tvs = [c["detectable_tv"] for c in seq_checks if isinstance(c.get("detectable_tv"), (int, float))]
     metadata = (report.get("sampler") or {}).get("metadata") or {}
     return {
         "version": str(version),
@@ -143,6 +146,7 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
         "wall_time_s": report.get("wall_time_s"),
         "budget_s": (report.get("settings") or {}).get("budget_s"),
         "detectable_tv": max(seq_tvs) if seq_tvs else None,
+        "sequence_law_checks": len(seq_checks),
         "findings": [{"check": finding_name(f), "tier": f.get("tier"), "source": f.get("source")}
                      for f in report.get("findings", [])],
         "engine_version": metadata.get("version") if isinstance(metadata, Mapping) else None,
@@ -174,7 +178,7 @@ def failure_row(version: str, method: str | None, status: str, error: str) -> di
 
 
 def replay_row(version: str, finding: str, script: str, exit_status: int | None, output: str,
-               *, method: str | None = None) -> dict:
+               *, method: str | None = None, matches: str | None = None) -> dict:
     """One replay's outcome on one version: reproduced (exit status 1 and the last line printed
     ``finding reproduced``), not reproduced (exit 0, ``not reproduced``), else an error (a
     Python exception exits 1 too, so the status alone does not say reproduced).
@@ -192,7 +196,11 @@ def replay_row(version: str, finding: str, script: str, exit_status: int | None,
         What it printed (stdout and stderr); the row keeps the non-empty lines, at most the
         last five.
     method : str, optional
-        The drafting method the finding concerns (links it to that method's audit rows).
+        The drafting method the finding concerns.
+    matches : str, optional
+        A piece of the name of the audit finding this replay confirms (e.g.
+        ``"MinLengthLogitsProcessor"``, ``"accepted_length["``): :func:`finding_ranges` lists
+        the replay beside that method's audit findings whose names contain it.
     """
     lines = [line.rstrip() for line in str(output).splitlines() if line.strip()]
     last = lines[-1].strip() if lines else ""
@@ -203,7 +211,7 @@ def replay_row(version: str, finding: str, script: str, exit_status: int | None,
         status = "not reproduced"
     else:
         status = "error"
-    return {"version": str(version), "finding": finding, "script": script, "method": method,
+    return {"version": str(version), "finding": finding, "script": script, "method": method, "matches": matches,
             "status": status, "exit_status": exit_status, "printed": lines[-5:]}
 
 
@@ -232,8 +240,8 @@ def finding_ranges(rows: Sequence[Mapping], replays: Sequence[Mapping] = ()) -> 
         one where the replay ran and did not reproduce; None otherwise), ``not_seen_in``
         (swept versions where the method ran, or the replay ran, without it), ``errors``
         (replay findings: versions where the replay itself failed) and, for an audit
-        finding, ``replays_at_ends``: the same method's replays on its first and last
-        affected versions (``{version: {finding id: status}}``).
+        finding, ``replays_at_ends``: the replays that confirm it (same method, ``matches`` in
+        its name) on its first and last affected versions (``{version: {finding id: status}}``).
     """
     out = []
     ran = {}
@@ -254,7 +262,8 @@ def finding_ranges(rows: Sequence[Mapping], replays: Sequence[Mapping] = ()) -> 
         ends = {}
         for v in dict.fromkeys((versions[0], versions[-1])):
             ends[v] = {rep["finding"]: rep["status"] for rep in replays
-                       if rep["version"] == v and rep.get("method") == method}
+                       if rep["version"] == v and rep.get("method") == method and rep.get("matches")
+                       and rep["matches"] in check}
         out.append({"kind": "audit", "finding": check, "method": method,
                     "tier": sorted(t for t in entry["tiers"] if t), "versions": versions,
                     "affects": [versions[0], versions[-1]], "fixed_in": None,
@@ -309,6 +318,21 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _code(text) -> str:
+    """A code span whose text holds no backtick (an exception message may quote with them)."""
+    return "`" + _cell(text).replace("`", "'") + "`"
+
+
+def _tv_cell(row: Mapping) -> str:
+    if row["detectable_tv"] is not None:
+        return format(row["detectable_tv"], ".3g")
+    return "none: exact checks only" if row.get("sequence_law_checks") else "–"
+
+
+def _link(path: str, links_from: str | None) -> str:
+    return posixpath.relpath(path, links_from) if links_from else path
+
+
 def _verdict_cell(row: Mapping) -> str:
     if row["status"] != "ran":
         return f"**{row['status']}**: {_cell(row['error'])}"
@@ -321,13 +345,17 @@ def _fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
 
-def version_table_markdown(table: Mapping) -> str:
+def version_table_markdown(table: Mapping, *, links_from: str | None = None) -> str:
     """The sweep's table as Markdown: settings, version × method rows, replays, finding ranges, notes.
 
     Parameters
     ----------
     table : mapping
         :func:`version_table`'s result (or the JSON read back).
+    links_from : str, optional
+        The folder the Markdown file is kept in, relative to the root the rows' report paths
+        start from (e.g. ``"reports/versions"``): the links to the reports are made relative
+        to it. None: the paths as recorded.
     """
     s = table.get("settings") or {}
     lines = [f"# {table['engine']}: end-to-end audits across released versions", ""]
@@ -338,10 +366,10 @@ def version_table_markdown(table: Mapping) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for row in table["rows"]:
         if row["status"] == "ran":
-            findings = "; ".join(f"`{_cell(f['check'])}`: {f['tier']}" for f in row["findings"]) or "none"
-            report = f"[json]({row['report']})" if row.get("report") else "–"
+            findings = "; ".join(f"{_code(f['check'])}: {f['tier']}" for f in row["findings"]) or "none"
+            report = f"[json]({_link(row['report'], links_from)})" if row.get("report") else "–"
             lines.append(f"| {row['version']} | {row['method']} | {_verdict_cell(row)} | {_fmt(row['sequences'], ',')} | "
-                         f"{_fmt(row['wall_time_s'], '.0f')} s | {_fmt(row['detectable_tv'], '.3g')} | {findings} | {report} |")
+                         f"{_fmt(row['wall_time_s'], '.0f')} s | {_tv_cell(row)} | {findings} | {report} |")
         else:
             lines.append(f"| {row['version']} | {row['method'] or '(all)'} | {_verdict_cell(row)} | – | – | – | – | – |")
     if table["replays"]:
@@ -361,7 +389,7 @@ def version_table_markdown(table: Mapping) -> str:
             if f["kind"] == "audit":
                 confirm = "; ".join(f"{v}: " + (", ".join(f"`{k}` {st}" for k, st in reps.items()) or "no replay")
                                     for v, reps in f["replays_at_ends"].items())
-                name = f"`{_cell(f['finding'])}` ({', '.join(f['tier'])})"
+                name = f"{_code(f['finding'])} ({', '.join(f['tier'])})"
             else:
                 confirm = f"replay `{f['script']}`" + (f"; errors in {', '.join(f['errors'])}" if f["errors"] else "")
                 name = f"`{f['finding']}`"

@@ -53,15 +53,18 @@ ENGINE = "transformers"
 DEFAULT_VERSIONS = ("5.0.0", "5.14.1", "5.25.0", "5.24.0", "5.15.1", "5.16.1", "5.17.0", "5.18.0",
                     "5.19.0", "5.20.2", "5.21.1", "5.22.2", "5.23.0")
 DEFAULT_METHODS = ("draft_model", "prompt_lookup")
-#: Each finding's replay: (id, script relative to the root, the method it concerns).
+#: Each finding's replay: (id, script relative to the root, the method it concerns, a piece of
+#: the name of the audit finding it confirms or None: see specexact.reports.version_table.replay_row).
 REPLAYS = (
-    ("transformers-assistant-double-warpers", "scripts/replays/transformers_assistant_double_warpers.py", "draft_model"),
+    ("transformers-assistant-double-warpers", "scripts/replays/transformers_assistant_double_warpers.py", "draft_model",
+     "accepted_length["),
     ("transformers-prompt-lookup-penalty-no-drafts", "scripts/replays/transformers_prompt_lookup_penalty_no_drafts.py",
-     "prompt_lookup"),
+     "prompt_lookup", None),  # exact, only the speed-up is lost: no audit check fails on it
     # Found by this sweep (5.0.0's defect findings):
-    ("transformers-assisted-min-length-crash", "scripts/replays/transformers_assisted_min_length_crash.py", "draft_model"),
+    ("transformers-assisted-min-length-crash", "scripts/replays/transformers_assisted_min_length_crash.py", "draft_model",
+     "MinLengthLogitsProcessor"),
     ("transformers-prompt-lookup-no-eos-crash", "scripts/replays/transformers_prompt_lookup_no_eos_crash.py",
-     "prompt_lookup"),
+     "prompt_lookup", "isin()"),
 )
 TORCH = "torch==2.13.0"
 
@@ -153,7 +156,8 @@ def run_audit(python: Path, version: str, method: str, out: Path, args, log) -> 
                      if new[0].is_relative_to(ROOT) else str(new[0]), exit_status=proc.returncode)
 
 
-def run_replay(python: Path, version: str, finding: str, script: str, method: str, args, log) -> dict:
+def run_replay(python: Path, version: str, finding: str, script: str, method: str, matches: str | None,
+               args, log) -> dict:
     """One replay script in the version's environment (exit 1 reproduced, 0 not, else an error)."""
     from specexact.reports.version_table import replay_row
 
@@ -162,11 +166,12 @@ def run_replay(python: Path, version: str, finding: str, script: str, method: st
         proc = subprocess.run([str(python), str(ROOT / script)], capture_output=True, text=True,
                               timeout=args.timeout, env=_child_env(), cwd=ROOT)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return replay_row(version, finding, script, None, f"{type(exc).__name__}: {exc}", method=method)
+        return replay_row(version, finding, script, None, f"{type(exc).__name__}: {exc}", method=method,
+                          matches=matches)
     output = proc.stdout
     if _last_line(output) not in ("finding reproduced", "not reproduced"):  # it did not finish: say why
         output += "\n" + _last_line(proc.stderr)
-    return replay_row(version, finding, script, proc.returncode, output, method=method)
+    return replay_row(version, finding, script, proc.returncode, output, method=method, matches=matches)
 
 
 def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
@@ -185,7 +190,7 @@ def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
         rows = json.loads((out / "sweep.json").read_text())["rows"]
     else:
         rows = [run_audit(python, version, m, out, args, log) for m in args.methods]
-    replays = [run_replay(python, version, f, s, m, args, log) for f, s, m in REPLAYS
+    replays = [run_replay(python, version, f, s, m, match, args, log) for f, s, m, match in REPLAYS
                if m in args.methods and not args.no_replays]
     log(f"  {version} done in {time.monotonic() - t0:.0f} s")
     return {"version": version, "rows": rows, "replays": replays}
@@ -206,14 +211,17 @@ def write_table(args, log) -> Path:
                 row = audit_row(row["version"], row["method"], json.loads(report.read_text()), path=row["report"],
                                 exit_status=row.get("exit_status"))
             rows.append(row)
+        matches = {f: match for f, _, _, match in REPLAYS}
         replays += [replay_row(r["version"], r["finding"], r["script"], r["exit_status"], "\n".join(r["printed"]),
-                               method=r.get("method")) for r in data["replays"]]
+                               method=r.get("method"), matches=matches.get(r["finding"])) for r in data["replays"]]
         settings = data.get("settings", settings)
     notes = [line for line in (args.notes or [])]
     table = version_table(rows, replays, engine=ENGINE, settings=settings, notes=notes)
     json_path = args.out / f"{ENGINE}.json"
     json_path.write_text(json.dumps(table, indent=1) + "\n")
-    (args.out / f"{ENGINE}.md").write_text(version_table_markdown(table))
+    out = args.out.resolve()
+    links_from = out.relative_to(ROOT).as_posix() if out.is_relative_to(ROOT) else None
+    (args.out / f"{ENGINE}.md").write_text(version_table_markdown(table, links_from=links_from))
     log(f"table: {json_path} and {json_path.with_suffix('.md')} ({len(table['versions'])} versions)")
     return json_path
 

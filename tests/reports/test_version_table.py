@@ -43,6 +43,7 @@ def test_audit_row_reads_the_verdict_tiers_findings_and_power():
     assert row["tiers"] == {"inexact": 0, "defect": 0, "under_accepting": 1, "hardening": 0}
     assert row["findings"] == [{"check": "accepted_length[class 1]", "tier": "under_accepting", "source": "check"}]
     assert row["detectable_tv"] == 0.35  # the worst class's sequence law, not the exact check's 0
+    assert audit_row("5.0.0", "draft_model", _report(tvs=(None, None)))["detectable_tv"] is None
     assert (row["sequences"], row["budget_s"], row["exit_status"]) == (896, 60.0, 1)
     with pytest.raises(ValueError, match="verdict and tiers"):
         audit_row("5.0.0", "draft_model", {"schema": "x"})
@@ -77,19 +78,20 @@ def test_replay_rows_read_the_exit_status():
 
 def _sweep():
     rows = [
-        audit_row("5.14.1", "draft_model", _report("fail", [UNDER])),
+        audit_row("5.14.1", "draft_model", _report("fail", [UNDER]), path="reports/versions/transformers/5.14.1/a.json"),
         audit_row("5.0.0", "draft_model", _report("fail", [UNDER])),
-        audit_row("5.9.0", "draft_model", _report()),  # ran, finding not seen: no power claim about a fix
+        audit_row("5.9.0", "draft_model", _report(tvs=(None,))),  # ran, not seen (and no power): no fix claimed
         audit_row("5.25.0", "draft_model", _report("fail", [UNDER])),
         failure_row("5.3.0", None, "env-failed", "ERROR: Could not build wheels for tokenizers"),
         failure_row("5.9.0", "prompt_lookup", "audit-failed", "exit 2: engine transformers: ImportError"),
         failure_row("5.24.0", "draft_model", "audit-failed", "TimeoutExpired: ..."),  # not a version "without" it
     ]
     replays = [
-        replay_row("5.0.0", "warpers", "r.py", 1, "finding reproduced", method="draft_model"),
+        replay_row("5.0.0", "other", "o.py", 1, "finding reproduced", method="draft_model", matches="isin()"),
+        replay_row("5.0.0", "warpers", "r.py", 1, "finding reproduced", method="draft_model", matches="accepted_length["),
         replay_row("5.9.0", "warpers", "r.py", 1, "finding reproduced", method="draft_model"),
         replay_row("5.14.1", "warpers", "r.py", 0, "not reproduced", method="draft_model"),
-        replay_row("5.25.0", "warpers", "r.py", 0, "not reproduced", method="draft_model"),
+        replay_row("5.25.0", "warpers", "r.py", 0, "not reproduced", method="draft_model", matches="accepted_length["),
         replay_row("5.24.0", "warpers", "r.py", 2, "Traceback\nAttributeError: x", method="draft_model"),
     ]
     return rows, replays
@@ -97,7 +99,8 @@ def _sweep():
 
 def test_finding_ranges_first_last_and_fixed_in():
     rows, replays = _sweep()
-    audit, replay = finding_ranges(rows, replays)
+    audit, other, replay = finding_ranges(rows, replays)
+    assert other["finding"] == "other" and other["affects"] == ["5.0.0", "5.0.0"]
     assert audit["kind"] == "audit" and audit["finding"] == "accepted_length[class 1]"
     assert audit["versions"] == ["5.0.0", "5.14.1", "5.25.0"] and audit["affects"] == ["5.0.0", "5.25.0"]
     assert audit["fixed_in"] is None  # a statistical finding's absence is not a fix
@@ -120,11 +123,12 @@ def test_the_table_sorts_versions_and_renders_every_row():
     assert table["versions"] == ["5.0.0", "5.3.0", "5.9.0", "5.14.1", "5.24.0", "5.25.0"]
     assert [(r["version"], r["method"]) for r in table["rows"]][:3] == [
         ("5.0.0", "draft_model"), ("5.3.0", None), ("5.9.0", "draft_model")]
-    md = version_table_markdown(table)
+    md = version_table_markdown(table, links_from="reports/versions")
     assert "| 5.3.0 | (all) | **env-failed**: ERROR: Could not build wheels for tokenizers |" in md
     assert "| 5.9.0 | prompt_lookup | **audit-failed**: exit 2: engine transformers: ImportError |" in md
     assert ("| 5.14.1 | draft_model | **fail** (inexact 0, defect 0, under-accepting 1, hardening 0) | 896 | 72 s | "
-            "0.35 | `accepted_length[class 1]`: under_accepting |") in md
+            "0.35 | `accepted_length[class 1]`: under_accepting | [json](transformers/5.14.1/a.json) |") in md
+    assert "| 5.9.0 | draft_model | **pass** (inexact 0, defect 0, under-accepting 0, hardening 0) | 896 | 72 s | none: exact checks only |" in md
     assert "| `warpers` | replay | draft_model | 5.0.0 – 5.9.0 | 5.0.0, 5.9.0 | 5.14.1 | 5.14.1, 5.25.0 |" in md
     assert "errors in 5.24.0" in md and "- short budgets" in md
 
@@ -132,3 +136,12 @@ def test_the_table_sorts_versions_and_renders_every_row():
 def test_an_empty_sweep_says_so():
     md = version_table_markdown(version_table([], [], engine="transformers"))
     assert "No finding in any swept version." in md
+
+
+def test_a_quoted_exception_keeps_its_code_span():
+    crash = {"check": "defect", "tier": "defect", "source": "check",
+             "defect": "crash in speculative generate call 0: ValueError: Passing `MinLengthLogitsProcessor` is disabled"}
+    report = dict(_report(), verdict="fail", findings=[crash], tiers={"inexact": 0, "defect": 1, "under_accepting": 0,
+                                                                     "hardening": 0})
+    md = version_table_markdown(version_table([audit_row("5.0.0", "draft_model", report)], engine="transformers"))
+    assert "`defect: ValueError: Passing 'MinLengthLogitsProcessor' is disabled`: defect" in md

@@ -39,7 +39,7 @@ def test_failures_are_rows_and_the_table_is_written(tmp_path):
                                                                 ("prompt_lookup", "audit-failed")]
     assert all(r["error"].startswith("FileNotFoundError") for r in audit_rows)
     assert sorted((r["version"], r["finding"], r["status"]) for r in table["replays"]) == sorted(
-        ("5.14.1", finding, "error") for finding, _, _ in version_sweep.REPLAYS)
+        ("5.14.1", finding, "error") for finding, _, _, _ in version_sweep.REPLAYS)
     assert all(r["printed"][-1].startswith("FileNotFoundError") for r in table["replays"])
     assert table["settings"]["budget_s"] == 5.0
     md = (out / "transformers.md").read_text()
