@@ -27,6 +27,8 @@ Usage (from the repository root, with specexact installed in the running Python)
     python scripts/version_sweep.py                                 # the default versions, 60 s audits
     python scripts/version_sweep.py --versions 5.0.0 5.25.0 --budget 120
     python scripts/version_sweep.py --replays-only                  # the replays again, audits kept
+    python scripts/version_sweep.py --replays-only --versions 5.7.0 --replays transformers-prompt-lookup-no-eos-crash
+                                                                    # one replay on a version without audits
     python scripts/version_sweep.py --table-only                    # rebuild the table from sweep.json files
 
 Exit status: 0 when every row ran (whatever the verdicts), 1 when some row is a failure row,
@@ -188,12 +190,13 @@ def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
         log(f"  environment failed: {exc}")
         return {"version": version, "rows": [failure_row(version, None, "env-failed", str(exc))], "replays": []}
     out = args.out / ENGINE / version
-    if args.replays_only:  # keep the version's audit rows, run its replays again
-        rows = json.loads((out / "sweep.json").read_text())["rows"]
+    if args.replays_only:  # keep the version's audit rows (none where it had no audits), run its replays again
+        kept = out / "sweep.json"
+        rows = json.loads(kept.read_text())["rows"] if kept.is_file() else []
     else:
         rows = [run_audit(python, version, m, out, args, log) for m in args.methods]
     replays = [run_replay(python, version, f, s, m, match, args, log) for f, s, m, match in REPLAYS
-               if m in args.methods and not args.no_replays]
+               if m in args.methods and not args.no_replays and (args.replays is None or f in args.replays)]
     log(f"  {version} done in {time.monotonic() - t0:.0f} s")
     return {"version": version, "rows": rows, "replays": replays}
 
@@ -241,6 +244,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-replays", action="store_true")
     parser.add_argument("--replays-only", action="store_true",
                         help="keep each version's audit rows (its sweep.json) and run only its replays again")
+    parser.add_argument("--replays", nargs="+", default=None, metavar="ID",
+                        help="run only these replays (ids of REPLAYS; default: all)")
     parser.add_argument("--table-only", action="store_true", help="only rebuild the table from the kept sweep.json files")
     parser.add_argument("--note", dest="notes", action="append", help="a note kept with the table (repeatable)")
     args = parser.parse_args(argv)
@@ -248,6 +253,9 @@ def parse_args(argv=None):
 
     for v in args.versions:
         version_key(v)  # ValueError names a malformed one
+    unknown = sorted(set(args.replays or ()) - {f for f, _, _, _ in REPLAYS})
+    if unknown:
+        raise ValueError(f"--replays must name replays of {[f for f, _, _, _ in REPLAYS]}, got {unknown}")
     if args.budget <= 0 or args.requests_per_class < 1:
         raise ValueError(f"--budget must be > 0 and --requests-per-class >= 1, got {args.budget} and "
                          f"{args.requests_per_class}")

@@ -54,6 +54,15 @@ def test_failures_are_rows_and_the_table_is_written(tmp_path):
                                 env_maker=_env_maker(tmp_path), log=logged.append)
     assert status == 1 and json.loads((out / "transformers.json").read_text())["rows"] == table["rows"]
     assert not any("specexact audit" in m for m in logged[logged.index("transformers 5.14.1", 5):])
+    # A version with no audits (a bisection by replay): its replays only, no audit row.
+    logged.clear()
+    version_sweep.main(["--versions", "5.7.0", "--replays-only", "--replays", "transformers-prompt-lookup-no-eos-crash",
+                        "--out", str(out), "--envs", str(tmp_path / "envs")], env_maker=_env_maker(tmp_path),
+                       log=logged.append)
+    bisect = json.loads((out / "transformers.json").read_text())
+    assert [r for r in bisect["rows"] if r["version"] == "5.7.0"] == []
+    assert [r["finding"] for r in bisect["replays"] if r["version"] == "5.7.0"] == ["transformers-prompt-lookup-no-eos-crash"]
+    assert version_sweep.main(["--replays", "no-such-replay", "--out", str(out)], log=logged.append) == 2
 
 
 def test_a_failing_sweep_exits_2_with_one_line(tmp_path, capsys):
