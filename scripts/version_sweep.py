@@ -195,8 +195,12 @@ def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
         rows = json.loads(kept.read_text())["rows"] if kept.is_file() else []
     else:
         rows = [run_audit(python, version, m, out, args, log) for m in args.methods]
-    replays = [run_replay(python, version, f, s, m, match, args, log) for f, s, m, match in REPLAYS
-               if m in args.methods and not args.no_replays and (args.replays is None or f in args.replays)]
+    selected = [r for r in REPLAYS if r[2] in args.methods and not args.no_replays
+                and (args.replays is None or r[0] in args.replays)]
+    replays = [run_replay(python, version, f, s, m, match, args, log) for f, s, m, match in selected]
+    if args.replays_only and kept.is_file():  # the replays not run again stay as they were
+        rerun = {r[0] for r in selected}
+        replays = [r for r in json.loads(kept.read_text())["replays"] if r["finding"] not in rerun] + replays
     log(f"  {version} done in {time.monotonic() - t0:.0f} s")
     return {"version": version, "rows": rows, "replays": replays}
 

@@ -63,6 +63,12 @@ def test_failures_are_rows_and_the_table_is_written(tmp_path):
     assert [r for r in bisect["rows"] if r["version"] == "5.7.0"] == []
     assert [r["finding"] for r in bisect["replays"] if r["version"] == "5.7.0"] == ["transformers-prompt-lookup-no-eos-crash"]
     assert version_sweep.main(["--replays", "no-such-replay", "--out", str(out)], log=logged.append) == 2
+    # Replays not named in --replays keep their rows.
+    version_sweep.main(["--versions", "5.14.1", "--replays-only", "--replays", "transformers-prompt-lookup-no-eos-crash",
+                        "--out", str(out), "--envs", str(tmp_path / "envs")], env_maker=_env_maker(tmp_path),
+                       log=logged.append)
+    kept = json.loads((out / "transformers" / "5.14.1" / "sweep.json").read_text())["replays"]
+    assert sorted(r["finding"] for r in kept) == sorted(f for f, _, _, _ in version_sweep.REPLAYS)
 
 
 def test_a_failing_sweep_exits_2_with_one_line(tmp_path, capsys):
