@@ -86,3 +86,12 @@ def test_runtime_requirements_pin_the_cpu_torch():
     reqs = version_sweep.runtime_requirements()
     assert reqs[0] == "torch==2.13.0" and sum(r.startswith("torch") for r in reqs) == 1
     assert any(r.startswith("scipy") for r in reqs)
+
+
+def test_every_replay_of_the_sweep_exists_and_says_how_it_reports():
+    for finding, script, method, _ in version_sweep.REPLAYS:
+        text = (ROOT / script).read_text()
+        assert method in version_sweep.DEFAULT_METHODS, finding
+        # The sweep reads the exit status and the script's own last line (replay_row).
+        assert '"finding reproduced" if reproduced else "not reproduced"' in text, script
+        assert "sys.exit(1 if reproduced else 0)" in text, script
