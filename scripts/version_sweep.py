@@ -38,6 +38,8 @@ Exit status: 0 when every row ran (whatever the verdicts), 1 when some row is a 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -116,11 +118,15 @@ def make_env(version: str, envs: Path, log) -> Path:
         [str(python), "-m", "pip", "install", "-q", "--no-compile", *runtime_requirements(), f"{ENGINE}=={version}"],
         [str(python), "-m", "pip", "install", "-q", "--no-compile", "--no-deps", "-e", str(ROOT)],
     ]
-    for cmd in steps:
-        log(f"  $ {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(_last_line(proc.stderr + "\n" + proc.stdout))
+    envs.mkdir(parents=True, exist_ok=True)
+    with open(envs / ".install.lock", "w") as lock, contextlib.ExitStack() as release:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time, also between two sweeps running at once
+        release.callback(fcntl.flock, lock, fcntl.LOCK_UN)
+        for cmd in steps:
+            log(f"  $ {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(_last_line(proc.stderr + "\n" + proc.stdout))
     check = subprocess.run([str(python), "-c", f"import torch, {ENGINE}; print(torch.__version__, {ENGINE}.__version__)"],
                            capture_output=True, text=True)
     if check.returncode != 0:
