@@ -69,6 +69,9 @@ REPLAYS = (
      "MinLengthLogitsProcessor"),
     ("transformers-prompt-lookup-no-eos-crash", "scripts/replays/transformers_prompt_lookup_no_eos_crash.py",
      "prompt_lookup", "isin()"),
+    # Found by this sweep (5.15.1's long draft_model case):
+    ("transformers-assisted-long-reshape-crash", "scripts/replays/transformers_assisted_long_reshape_crash.py",
+     "draft_model", "cannot reshape tensor of 0 elements"),
 )
 TORCH = "torch==2.13.0"
 
