@@ -375,7 +375,7 @@ def version_table_markdown(table: Mapping, *, links_from: str | None = None) -> 
     if table["replays"]:
         lines += ["", "## Replays", "", "| version | finding | method | replay | printed |", "|---|---|---|---|---|"]
         for rep in table["replays"]:
-            printed = "<br>".join(_cell(p) for p in rep["printed"]) or "–"
+            printed = "<br>".join(_cell(p).replace("`", "'") for p in rep["printed"]) or "–"
             lines.append(f"| {rep['version']} | `{rep['finding']}` | {rep.get('method') or '–'} | "
                          f"**{rep['status']}** (exit {rep['exit_status']}) | {printed} |")
     lines += ["", "## Findings and their versions", ""]

@@ -145,3 +145,6 @@ def test_a_quoted_exception_keeps_its_code_span():
                                                                      "hardening": 0})
     md = version_table_markdown(version_table([audit_row("5.0.0", "draft_model", report)], engine="transformers"))
     assert "`defect: ValueError: Passing 'MinLengthLogitsProcessor' is disabled`: defect" in md
+    rep = replay_row("5.0.0", "f", "r.py", 1, "ValueError: Passing `MinLengthLogitsProcessor`\nfinding reproduced")
+    md = version_table_markdown(version_table([], [rep], engine="transformers"))
+    assert "ValueError: Passing 'MinLengthLogitsProcessor'<br>finding reproduced |" in md
