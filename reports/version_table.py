@@ -121,7 +121,8 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
         of the sequence-law checks' detectable TVs: the smallest discrepancy of every
         class's law the audit was sure to catch, or None where none had power: too few
         sequences for a statistical test, only the exact support checks ran),
-        ``sequence_law_checks`` (how many ran),
+        ``sequence_law_checks`` (how many ran), ``cases`` (the cases that ran) and
+        ``cases_left_out`` (``settings.skipped_cases``: left out for the budget or not applicable),
         ``findings`` (``check``: :func:`finding_name`, ``tier``, ``source`` of each), ``engine_version`` (what the
         report's engine said), ``report`` and ``exit_status``.
 
@@ -147,6 +148,8 @@ def audit_row(version: str, method: str, report: Mapping, *, path: str | None = 
         "budget_s": (report.get("settings") or {}).get("budget_s"),
         "detectable_tv": max(seq_tvs) if seq_tvs else None,
         "sequence_law_checks": len(seq_checks),
+        "cases": [str(c.get("name")) for c in report.get("cases", [])],
+        "cases_left_out": [str(c.get("case")) for c in (report.get("settings") or {}).get("skipped_cases") or []],
         "findings": [{"check": finding_name(f), "tier": f.get("tier"), "source": f.get("source")}
                      for f in report.get("findings", [])],
         "engine_version": metadata.get("version") if isinstance(metadata, Mapping) else None,
@@ -341,6 +344,17 @@ def _verdict_cell(row: Mapping) -> str:
     return f"**{row['verdict']}** ({counts})"
 
 
+def _short_case(name: str, method: str) -> str:
+    """``e2e-llama-v64-draft_model-long-g4`` -> ``long-g4`` (the method's part of a case name)."""
+    return name.split(f"-{method}-", 1)[-1]
+
+
+def _cases_cell(row: Mapping) -> str:
+    ran = ", ".join(_short_case(c, row["method"]) for c in row.get("cases", [])) or "none"
+    out = ", ".join(_short_case(c, row["method"]) for c in row.get("cases_left_out", []))
+    return ran + (f" (left out: {out})" if out else "")
+
+
 def _fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
@@ -362,16 +376,17 @@ def version_table_markdown(table: Mapping, *, links_from: str | None = None) -> 
     if s:
         lines += ["Settings: " + ", ".join(f"`{k}` {v}" for k, v in s.items()), ""]
     lines += ["## Verdicts", "",
-              "| version | method | verdict by tier | sequences | wall time | detectable TV (sequence law, per class) | findings (check: tier) | report |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| version | method | verdict by tier | cases run | sequences | wall time | detectable TV (sequence law, per class) | findings (check: tier) | report |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for row in table["rows"]:
         if row["status"] == "ran":
             findings = "; ".join(f"{_code(f['check'])}: {f['tier']}" for f in row["findings"]) or "none"
             report = f"[json]({_link(row['report'], links_from)})" if row.get("report") else "–"
-            lines.append(f"| {row['version']} | {row['method']} | {_verdict_cell(row)} | {_fmt(row['sequences'], ',')} | "
+            lines.append(f"| {row['version']} | {row['method']} | {_verdict_cell(row)} | {_cases_cell(row)} | "
+                         f"{_fmt(row['sequences'], ',')} | "
                          f"{_fmt(row['wall_time_s'], '.0f')} s | {_tv_cell(row)} | {findings} | {report} |")
         else:
-            lines.append(f"| {row['version']} | {row['method'] or '(all)'} | {_verdict_cell(row)} | – | – | – | – | – |")
+            lines.append(f"| {row['version']} | {row['method'] or '(all)'} | {_verdict_cell(row)} | – | – | – | – | – | – |")
     if table["replays"]:
         lines += ["", "## Replays", "", "| version | finding | method | replay | printed |", "|---|---|---|---|---|"]
         for rep in table["replays"]:

@@ -23,7 +23,8 @@ def _report(verdict="pass", findings=(), tvs=(0.31, 0.35), sequences=896):
     checks = [{"case": "e2e", "name": f"sequence_law[class {i}]", "detectable_tv": tv} for i, tv in enumerate(tvs)]
     checks.append({"case": "e2e", "name": "reproducible", "detectable_tv": 0.0})
     return {"verdict": verdict, "tiers": tiers, "num_sequences": sequences, "wall_time_s": 71.5,
-            "settings": {"budget_s": 60.0}, "checks": checks, "sampler": {"metadata": None},
+            "settings": {"budget_s": 60.0, "skipped_cases": [{"case": "e2e-llama-v64-draft_model-long-g4"}]},
+            "cases": [{"name": "e2e-llama-v64-draft_model-g2"}], "checks": checks, "sampler": {"metadata": None},
             "findings": [dict(f, source="check", case="e2e", message="...") for f in findings]}
 
 
@@ -124,11 +125,12 @@ def test_the_table_sorts_versions_and_renders_every_row():
     assert [(r["version"], r["method"]) for r in table["rows"]][:3] == [
         ("5.0.0", "draft_model"), ("5.3.0", None), ("5.9.0", "draft_model")]
     md = version_table_markdown(table, links_from="reports/versions")
-    assert "| 5.3.0 | (all) | **env-failed**: ERROR: Could not build wheels for tokenizers |" in md
+    assert "| 5.3.0 | (all) | **env-failed**: ERROR: Could not build wheels for tokenizers | – |" in md
     assert "| 5.9.0 | prompt_lookup | **audit-failed**: exit 2: engine transformers: ImportError |" in md
-    assert ("| 5.14.1 | draft_model | **fail** (inexact 0, defect 0, under-accepting 1, hardening 0) | 896 | 72 s | "
+    assert ("| 5.14.1 | draft_model | **fail** (inexact 0, defect 0, under-accepting 1, hardening 0) | g2 (left out: long-g4) | 896 | 72 s | "
             "0.35 | `accepted_length[class 1]`: under_accepting | [json](transformers/5.14.1/a.json) |") in md
-    assert "| 5.9.0 | draft_model | **pass** (inexact 0, defect 0, under-accepting 0, hardening 0) | 896 | 72 s | none: exact checks only |" in md
+    assert ("| 5.9.0 | draft_model | **pass** (inexact 0, defect 0, under-accepting 0, hardening 0) | g2 (left out: long-g4) | "
+            "896 | 72 s | none: exact checks only |") in md
     assert "| `warpers` | replay | draft_model | 5.0.0 – 5.9.0 | 5.0.0, 5.9.0 | 5.14.1 | 5.14.1, 5.25.0 |" in md
     assert "errors in 5.24.0" in md and "- short budgets" in md
 
