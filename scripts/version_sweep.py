@@ -1,0 +1,300 @@
+#!/usr/bin/env python
+"""Version sweep: transformers' end-to-end audit over a list of released versions, in one table.
+
+For each version (in the order given), one environment of its own,
+``.sweep/transformers-<ver>/`` (git-ignored): a virtualenv with CPU ``torch==2.13.0``,
+specexact's runtime dependencies (pyproject's ``[project] dependencies``) and
+``transformers==<ver>`` in one ``pip install`` (so pip resolves them together and never
+reaches for another torch), then this checkout editable with ``--no-deps``. In it:
+
+- ``specexact audit --engine transformers --method M --requests-per-class R --budget B
+  --seed S --threads 1 --report-dir reports/versions/transformers/<ver>/`` for each method;
+- each finding's replay script (:data:`REPLAYS`; exit 1 and ``finding reproduced`` printed:
+  reproduced; exit 0 and ``not reproduced``: not; anything else: an error row).
+
+Each version's outcomes are kept in ``reports/versions/transformers/<ver>/sweep.json`` (its
+rows; a rerun of one version replaces them), and the table over every version there is
+written to ``reports/versions/transformers.json`` and ``.md``
+(:mod:`specexact.reports.version_table`: version × method × verdict by tier, sequences,
+findings by check name, replays, each finding's first and last affected version and
+``fixed_in``). An environment that fails to install, or an audit that cannot run (exit 2, a
+crash, a timeout, no report), is a row saying so with its error's last line; the sweep goes
+on. The sweep itself failing (bad arguments, the output folder not writable) exits 2 with
+one line.
+
+Usage (from the repository root, with specexact installed in the running Python)::
+
+    python scripts/version_sweep.py                                 # the default versions, 60 s audits
+    python scripts/version_sweep.py --versions 5.0.0 5.25.0 --budget 120
+    python scripts/version_sweep.py --replays-only                  # the replays again, audits kept
+    python scripts/version_sweep.py --replays-only --versions 5.7.0 --replays transformers-prompt-lookup-no-eos-crash
+                                                                    # one replay on a version without audits
+    python scripts/version_sweep.py --table-only                    # rebuild the table from sweep.json files
+
+Exit status: 0 when every row ran (whatever the verdicts), 1 when some row is a failure row,
+2 when the sweep itself could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ENGINE = "transformers"
+#: The last patch of every minor release since the block drafters arrived (MTP in 5.14.0,
+#: DFlash in 5.15.0; docs/engines/transformers.md#version-sweep), and 5.0.0. Run in this
+#: order: the ends first, so a sweep cut short still has them.
+DEFAULT_VERSIONS = ("5.0.0", "5.14.1", "5.25.0", "5.24.0", "5.15.1", "5.16.1", "5.17.0", "5.18.0",
+                    "5.19.0", "5.20.2", "5.21.1", "5.22.2", "5.23.0")
+DEFAULT_METHODS = ("draft_model", "prompt_lookup")
+#: Each finding's replay: (id, script relative to the root, the method it concerns, a piece of
+#: the name of the audit finding it confirms or None: see specexact.reports.version_table.replay_row).
+REPLAYS = (
+    ("transformers-assistant-double-warpers", "scripts/replays/transformers_assistant_double_warpers.py", "draft_model",
+     "accepted_length["),
+    ("transformers-prompt-lookup-penalty-no-drafts", "scripts/replays/transformers_prompt_lookup_penalty_no_drafts.py",
+     "prompt_lookup", None),  # exact, only the speed-up is lost: no audit check fails on it
+    # Found by this sweep (5.0.0's defect findings):
+    ("transformers-assisted-min-length-crash", "scripts/replays/transformers_assisted_min_length_crash.py", "draft_model",
+     "MinLengthLogitsProcessor"),
+    ("transformers-prompt-lookup-no-eos-crash", "scripts/replays/transformers_prompt_lookup_no_eos_crash.py",
+     "prompt_lookup", "isin()"),
+    # Found by this sweep (5.15.1's long draft_model case):
+    ("transformers-assisted-long-reshape-crash", "scripts/replays/transformers_assisted_long_reshape_crash.py",
+     "draft_model", "cannot reshape tensor of 0 elements"),
+)
+TORCH = "torch==2.13.0"
+
+
+class SweepError(Exception):
+    """The sweep itself cannot go on (exit status 2)."""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["(no output)"])[-1]
+
+
+def runtime_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """specexact's runtime dependencies from ``pyproject.toml``, torch replaced by :data:`TORCH`.
+
+    Raises
+    ------
+    SweepError
+        ``pyproject`` cannot be read or has no ``[project] dependencies``.
+    """
+    try:
+        deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise SweepError(f"cannot read the runtime dependencies from {pyproject}: {exc}") from exc
+    return [TORCH] + [d for d in deps if not d.replace(" ", "").startswith("torch")]
+
+
+def make_env(version: str, envs: Path, log) -> Path:
+    """Build (or reuse) ``envs/transformers-<version>`` and return its Python.
+
+    Raises
+    ------
+    RuntimeError
+        venv or pip failed; the message is the failing command's last ``ERROR`` line.
+    """
+    env = envs / f"{ENGINE}-{version}"
+    python = env / "bin" / "python"
+    marker = env / ".sweep-ok"
+    if marker.is_file() and python.exists():
+        return python
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(env)],
+        # --no-compile: no bytecode for every file of torch and transformers (the imports
+        # compile what they use), about a minute less per environment on 2 shared cores.
+        [str(python), "-m", "pip", "install", "-q", "--no-compile", *runtime_requirements(), f"{ENGINE}=={version}"],
+        [str(python), "-m", "pip", "install", "-q", "--no-compile", "--no-deps", "-e", str(ROOT)],
+    ]
+    envs.mkdir(parents=True, exist_ok=True)
+    with open(envs / ".install.lock", "w") as lock, contextlib.ExitStack() as release:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time, also between two sweeps running at once
+        release.callback(fcntl.flock, lock, fcntl.LOCK_UN)
+        for cmd in steps:
+            log(f"  $ {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(_last_line(proc.stderr + "\n" + proc.stdout))
+    check = subprocess.run([str(python), "-c", f"import torch, {ENGINE}; print(torch.__version__, {ENGINE}.__version__)"],
+                           capture_output=True, text=True)
+    if check.returncode != 0:
+        raise RuntimeError(_last_line(check.stderr))
+    torch_v, engine_v = check.stdout.split()
+    if not torch_v.startswith("2.13.0") or engine_v != version:
+        raise RuntimeError(f"the environment holds torch {torch_v} and {ENGINE} {engine_v}, not 2.13.0 and {version}")
+    marker.write_text(f"{version}\n")
+    return python
+
+
+def _child_env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
+
+
+def run_audit(python: Path, version: str, method: str, out: Path, args, log) -> dict:
+    """One ``specexact audit`` in the version's environment: an audit row or a failure row."""
+    from specexact.reports.version_table import audit_row, failure_row
+
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.glob("audit-*.json"))
+    cmd = [str(python), "-m", "specexact", "audit", "--engine", ENGINE, "--method", method,
+           "--requests-per-class", str(args.requests_per_class), "--budget", str(args.budget),
+           "--seed", str(args.seed), "--threads", "1", "--report-dir", str(out)]
+    log(f"  $ specexact audit --engine {ENGINE} --method {method} --budget {args.budget} ...")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=_child_env(), cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return failure_row(version, method, "audit-failed", f"{type(exc).__name__}: {exc}")
+    new = sorted(set(out.glob("audit-*.json")) - before)
+    if proc.returncode not in (0, 1) or len(new) != 1:
+        why = _last_line(proc.stderr) if proc.returncode not in (0, 1) else f"{len(new)} new reports in {out}"
+        return failure_row(version, method, "audit-failed", f"exit {proc.returncode}: {why}")
+    for html in out.glob(new[0].stem + ".html"):
+        html.unlink()  # the kept reports are the JSON and Markdown ones
+    return audit_row(version, method, json.loads(new[0].read_text()), path=new[0].relative_to(ROOT).as_posix()
+                     if new[0].is_relative_to(ROOT) else str(new[0]), exit_status=proc.returncode)
+
+
+def run_replay(python: Path, version: str, finding: str, script: str, method: str, matches: str | None,
+               args, log) -> dict:
+    """One replay script in the version's environment (exit 1 reproduced, 0 not, else an error)."""
+    from specexact.reports.version_table import replay_row
+
+    log(f"  $ python {script}")
+    try:
+        proc = subprocess.run([str(python), str(ROOT / script)], capture_output=True, text=True,
+                              timeout=args.timeout, env=_child_env(), cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return replay_row(version, finding, script, None, f"{type(exc).__name__}: {exc}", method=method,
+                          matches=matches)
+    output = proc.stdout
+    if _last_line(output) not in ("finding reproduced", "not reproduced"):  # it did not finish: say why
+        output += "\n" + _last_line(proc.stderr)
+    return replay_row(version, finding, script, proc.returncode, output, method=method, matches=matches)
+
+
+def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
+    """Every audit and replay of one version: ``{"version", "rows", "replays"}``."""
+    from specexact.reports.version_table import failure_row
+
+    t0 = time.monotonic()
+    log(f"{ENGINE} {version}")
+    try:
+        python = env_maker(version, args.envs, log)
+    except Exception as exc:  # any failure to build the env is a row, never the sweep's end
+        log(f"  environment failed: {exc}")
+        return {"version": version, "rows": [failure_row(version, None, "env-failed", str(exc))], "replays": []}
+    out = args.out / ENGINE / version
+    if args.replays_only:  # keep the version's audit rows (none where it had no audits), run its replays again
+        kept = out / "sweep.json"
+        rows = json.loads(kept.read_text())["rows"] if kept.is_file() else []
+    else:
+        rows = [run_audit(python, version, m, out, args, log) for m in args.methods]
+    selected = [r for r in REPLAYS if r[2] in args.methods and not args.no_replays
+                and (args.replays is None or r[0] in args.replays)]
+    replays = [run_replay(python, version, f, s, m, match, args, log) for f, s, m, match in selected]
+    if args.replays_only and kept.is_file():  # the replays not run again stay as they were
+        rerun = {r[0] for r in selected}
+        replays = [r for r in json.loads(kept.read_text())["replays"] if r["finding"] not in rerun] + replays
+    log(f"  {version} done in {time.monotonic() - t0:.0f} s")
+    return {"version": version, "rows": rows, "replays": replays}
+
+
+def write_table(args, log) -> Path:
+    """Gather every ``<out>/<engine>/<ver>/sweep.json`` and write ``<out>/<engine>.json`` and ``.md``."""
+    from specexact.reports.version_table import version_table, version_table_markdown
+
+    from specexact.reports.version_table import audit_row, replay_row
+
+    rows, replays, settings = [], [], {}
+    for path in sorted((args.out / ENGINE).glob("*/sweep.json")):
+        data = json.loads(path.read_text())
+        for row in data["rows"]:  # read again from the kept reports: the table's reading may have changed
+            report = ROOT / row["report"] if row.get("report") else None
+            if row["status"] == "ran" and report is not None and report.is_file():
+                row = audit_row(row["version"], row["method"], json.loads(report.read_text()), path=row["report"],
+                                exit_status=row.get("exit_status"))
+            rows.append(row)
+        matches = {f: match for f, _, _, match in REPLAYS}
+        replays += [replay_row(r["version"], r["finding"], r["script"], r["exit_status"], "\n".join(r["printed"]),
+                               method=r.get("method"), matches=matches.get(r["finding"])) for r in data["replays"]]
+        settings = data.get("settings", settings)
+    notes = [line for line in (args.notes or [])]
+    table = version_table(rows, replays, engine=ENGINE, settings=settings, notes=notes)
+    json_path = args.out / f"{ENGINE}.json"
+    json_path.write_text(json.dumps(table, indent=1) + "\n")
+    out = args.out.resolve()
+    links_from = out.relative_to(ROOT).as_posix() if out.is_relative_to(ROOT) else None
+    (args.out / f"{ENGINE}.md").write_text(version_table_markdown(table, links_from=links_from))
+    log(f"table: {json_path} and {json_path.with_suffix('.md')} ({len(table['versions'])} versions)")
+    return json_path
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", nargs="+", default=list(DEFAULT_VERSIONS), help="releases, run in this order")
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS))
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds per audit (default 60)")
+    parser.add_argument("--requests-per-class", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds before an audit or replay is a failure row")
+    parser.add_argument("--envs", type=Path, default=ROOT / ".sweep", help="where the environments go (git-ignored)")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "versions")
+    parser.add_argument("--no-replays", action="store_true")
+    parser.add_argument("--replays-only", action="store_true",
+                        help="keep each version's audit rows (its sweep.json) and run only its replays again")
+    parser.add_argument("--replays", nargs="+", default=None, metavar="ID",
+                        help="run only these replays (ids of REPLAYS; default: all)")
+    parser.add_argument("--table-only", action="store_true", help="only rebuild the table from the kept sweep.json files")
+    parser.add_argument("--note", dest="notes", action="append", help="a note kept with the table (repeatable)")
+    args = parser.parse_args(argv)
+    from specexact.reports.version_table import version_key
+
+    for v in args.versions:
+        version_key(v)  # ValueError names a malformed one
+    unknown = sorted(set(args.replays or ()) - {f for f, _, _, _ in REPLAYS})
+    if unknown:
+        raise ValueError(f"--replays must name replays of {[f for f, _, _, _ in REPLAYS]}, got {unknown}")
+    if args.budget <= 0 or args.requests_per_class < 1:
+        raise ValueError(f"--budget must be > 0 and --requests-per-class >= 1, got {args.budget} and "
+                         f"{args.requests_per_class}")
+    return args
+
+
+def main(argv=None, *, env_maker=make_env, log=None) -> int:
+    log = log or (lambda msg: print(msg, flush=True))
+    try:
+        args = parse_args(argv)
+        args.out.mkdir(parents=True, exist_ok=True)
+        if not args.table_only:
+            settings = {"budget_s": args.budget, "requests_per_class": args.requests_per_class, "seed": args.seed,
+                        "threads": 1, "methods": list(args.methods), "torch": TORCH}
+            for version in args.versions:
+                result = sweep_version(version, args, log, env_maker=env_maker)
+                folder = args.out / ENGINE / version
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "sweep.json").write_text(json.dumps(dict(result, settings=settings), indent=1) + "\n")
+        table_path = write_table(args, log)
+    except (SweepError, ValueError, OSError, json.JSONDecodeError, KeyError) as exc:
+        print(f"version_sweep: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    table = json.loads(table_path.read_text())
+    return 1 if any(r["status"] != "ran" for r in table["rows"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
