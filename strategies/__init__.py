@@ -23,12 +23,19 @@ truncation
 trees
     :func:`draft_trees`: inputs of the tree protocol (full trees, chains, per-row random
     trees; i.i.d., without-replacement and top-k drafting; float edges).
+draft_lengths
+    :func:`draft_lengths`: γ from 1 to 4 and the long range (8, 15: block drafters);
+    :func:`capped_vocab_size`: V within a budget of ``B (γ+1) V`` cells.
+orders
+    :func:`order_sensitive_rows`: logits rows whose processed law changes when two
+    operations of a declared order are swapped (by at least a stated total variation).
 uniforms
     :func:`acceptance_probes`, :func:`boundary_uniforms`: uniforms on the acceptance
     boundary ``u * q < p``.
 """
 
 from ._validation import InvalidArgument
+from .draft_lengths import BLOCK_DRAFT_LENGTH, LONG_DRAFT_LENGTHS, capped_vocab_size, draft_lengths
 from .laws import (
     DTYPES,
     LOGIT_FAMILIES,
@@ -68,6 +75,10 @@ from .uniforms import (
 from .vocab import REAL_VOCAB_SIZES, VOCAB_FAMILIES, vocab_size_family, vocab_sizes
 
 __all__ = [
+    "BLOCK_DRAFT_LENGTH",
+    "LONG_DRAFT_LENGTHS",
+    "capped_vocab_size",
+    "draft_lengths",
     "DISHONEST_PAIR_FAMILIES",
     "DTYPES",
     "HISTORY_KINDS",

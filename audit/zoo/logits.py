@@ -67,7 +67,7 @@ class _Misdeclared(LogitsLevelVerifier):
     def __init__(self, name: str, applied: LogitsProcessing, declared: LogitsProcessing) -> None:
         super().__init__(applied, name=name)
         self.capabilities = Capabilities(
-            max_batch_size=None, dtypes=(torch.float32, torch.float64), devices=("cpu", "cuda"),
+            max_batch_size=None, dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16), devices=("cpu", "cuda"),
             randomness="generator", logits_level=True, **declared_processing(declared),
             notes=f"planted bug: applies {applied.to_dict()}",
         )
