@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
@@ -26,6 +28,8 @@ from specexact.strategies import (
     PROB_FAMILIES,
     draft_target_pairs,
     logit_tensors,
+    order_pairs,
+    order_sensitive_params,
     probability_tensors,
     capped_vocab_size,
     draft_lengths,
@@ -36,7 +40,7 @@ from specexact.strategies import (
 from specexact.fuzz.examples import NEAR_EQUAL_FAMILIES, LogitsExample, NearEqualPair, ProbExample
 
 __all__ = ["prob_examples", "near_equal_pairs", "logits_examples", "within_processing", "shrinkable_vocab_sizes",
-           "SEEDS", "MAX_DRAFTS", "CELLS_PER_DRAFT_ROW", "example_sizes"]
+           "SEEDS", "MAX_DRAFTS", "CELLS_PER_DRAFT_ROW", "ORDER_MAX_VOCAB", "example_sizes"]
 
 SEEDS = st.integers(0, 2**32 - 1)
 """Seeds of recipes and generators (32-bit, as the strategies' recipes)."""
@@ -135,18 +139,35 @@ def prob_examples(subject, *, max_vocab: int | None = None, max_batch: int = 3,
 _LOGITS_DTYPES = ("float32", "float16", "bfloat16")
 
 
+#: Logits families of the order-sensitive rows (a law spread enough for two operations to act).
+_ORDER_LOGIT_FAMILIES = ("zipf", "near_tie", "spikes", "fp16_roundtrip", "bf16_roundtrip")
+#: Largest V of the order-sensitive rows (each try enumerates the law twice).
+ORDER_MAX_VOCAB = 8193
+
+
 @st.composite
 def _logits_examples(draw, processing: LogitsProcessing, accepted: tuple[str, ...], max_vocab: int | None,
                      max_batch: int, max_drafts: int):
-    K, B, V = draw(example_sizes(max_vocab, max_batch, max_drafts))
-    logits = draw(logit_tensors(vocab_size=V, batch_size=B * (K + 1), dtypes=_LOGITS_DTYPES))
+    pairs = order_pairs(processing)
+    order = bool(pairs) and draw(st.sampled_from((False, False, True)))
+    cap = ORDER_MAX_VOCAB if max_vocab is None else min(max_vocab, ORDER_MAX_VOCAB)
+    K, B, V = draw(example_sizes(cap if order else max_vocab, max_batch, max_drafts))
+    if order and V < 2:
+        V = 2
+    families = _ORDER_LOGIT_FAMILIES if order else None
+    logits = draw(logit_tensors(vocab_size=V, batch_size=B * (K + 1), dtypes=_LOGITS_DTYPES, families=families))
     halves = tuple(d for d in _LOGITS_DTYPES if d in accepted) or ("float32",)
     draft = draw(probability_tensors(vocab_size=V, batch_size=B * K, dtypes=halves))
-    params = tuple(within_processing(draw(sampling_params(vocab_size=V)), processing) for _ in range(B))
     T0 = draw(st.integers(1, 4))
     ids = st.integers(0, V - 1)
     prompt = tuple(tuple(draw(st.lists(ids, min_size=T0, max_size=T0))) for _ in range(B))
     output = tuple(tuple(draw(st.lists(ids, max_size=6))) for _ in range(B))
+    if order:  # every row's first position order-sensitive (strategies.orders)
+        x = logits.logits.to(torch.float32).reshape(B, K + 1, V)
+        params = tuple(draw(order_sensitive_params(logits=x[b, 0], processing=processing, history=output[b],
+                                                   prompt=prompt[b]))[0] for b in range(B))
+    else:
+        params = tuple(within_processing(draw(sampling_params(vocab_size=V)), processing) for _ in range(B))
     # handed over in the dtype the values were rounded to, where the sampler accepts it
     return LogitsExample(logits=logits, draft=draft, num_draft_tokens=K, target_params=params, prompt=prompt,
                          output=output, seed=draw(SEEDS), generator_seed=draw(SEEDS),
@@ -163,5 +184,12 @@ def logits_examples(subject, *, max_vocab: int | None = None, max_batch: int = 3
     float32 / float16 / bfloat16 the subject declares, each handed over in its own dtype
     where the subject declares it (as GPU engines hand them over), else in float32; the
     reference law is computed from the tensors handed over. γ and V as :func:`example_sizes`.
+    One example in three (where the declared order has two operations whose swap can change
+    the law, :func:`~specexact.strategies.order_pairs`) has order-sensitive rows: each row's
+    parameters make its first position's law differ from the law of the order with two
+    operations swapped by at least :data:`~specexact.strategies.MIN_ORDER_TV` in total
+    variation (:func:`~specexact.strategies.order_sensitive_params`; V up to
+    :data:`ORDER_MAX_VOCAB`), so an engine applying them in another order than it declares
+    meets a law it does not give.
     """
     return _logits_examples(subject.processing, tuple(subject.input_dtypes), max_vocab, max_batch, max_drafts)

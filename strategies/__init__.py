@@ -45,6 +45,17 @@ from .laws import (
     logit_tensors,
     probability_tensors,
 )
+from .orders import (
+    COMMUTING_PAIRS,
+    MIN_ORDER_TV,
+    OrderSensitiveRow,
+    flipped_relations,
+    order_pairs,
+    order_sensitive_params,
+    order_sensitive_rows,
+    order_tv,
+    swapped_processing,
+)
 from .pairs import (
     DISHONEST_PAIR_FAMILIES,
     HONEST_PAIR_FAMILIES,
@@ -75,6 +86,15 @@ from .uniforms import (
 from .vocab import REAL_VOCAB_SIZES, VOCAB_FAMILIES, vocab_size_family, vocab_sizes
 
 __all__ = [
+    "COMMUTING_PAIRS",
+    "MIN_ORDER_TV",
+    "OrderSensitiveRow",
+    "flipped_relations",
+    "order_pairs",
+    "order_sensitive_params",
+    "order_sensitive_rows",
+    "order_tv",
+    "swapped_processing",
     "BLOCK_DRAFT_LENGTH",
     "LONG_DRAFT_LENGTHS",
     "capped_vocab_size",
