@@ -8,9 +8,13 @@ of :class:`~specexact.fuzz.examples.NearEqualPair`, over vocabularies from 1 to 
 (:func:`~specexact.strategies.vocab_sizes`: odd, power-of-two and tile edges, real
 tokenizers), in the dtypes the sampler declares. Logits level: raw logits of every logits
 family (:func:`~specexact.strategies.logit_tensors`), per-row
-:func:`~specexact.strategies.sampling_params` restricted to the declared operations,
-prompts and generated histories that repeat tokens, and a draft law of any probability
-family.
+:func:`~specexact.strategies.sampling_params` restricted to the declared operations (or,
+one example in three, order-sensitive parameters:
+:func:`~specexact.strategies.order_sensitive_params`), prompts and generated histories
+that repeat tokens, and a draft law of any probability family; logits and draft laws in
+float16 / bfloat16 handed over as such to a sampler that declares them. At both levels γ
+runs from 1 to 16 (:func:`example_sizes`: 8 and 15 drawn as values of their own, ``B (γ+1) V``
+bounded as before).
 """
 
 from __future__ import annotations
