@@ -32,12 +32,15 @@ def _swapped_subjects(subject):
 
 
 def swap_allowing_decision(subject, row: LogitsVerifyInputs, u: float, accepted: bool) -> list:
-    """``[(pair, tv), ...]``: every swap whose law allows the decision ``accepted`` at ``u``
-    on the one-row ``K = 1`` input ``row`` (its acceptance band, slack included), ``tv`` the
-    TV between the declared and the swapped law at the drafted position; empty when no swap
-    does, or ``subject`` is not logits-level.
+    """``[(pair, tv), ...]``: every swap whose law *requires* the decision ``accepted`` at
+    ``u`` on the one-row ``K = 1`` input ``row`` (``u`` outside its acceptance band, slack
+    included, on the side of the decision; an acceptance also where that law's ratio
+    ``p(d)/q(d)`` is at least 1), ``tv`` the TV between the declared and the swapped law at
+    the drafted position. Empty when no swap does, ``subject`` is not logits-level, or
+    ``u = 0`` (a decision at ``u = 0`` is the zero-probability rule's: an acceptance there
+    is ``u <= p/q`` as much as another order).
     """
-    if not subject.logits_level or not isinstance(row, LogitsVerifyInputs):
+    if not subject.logits_level or not isinstance(row, LogitsVerifyInputs) or u <= 0:
         return []
     declared = target_law(subject, row)
     u_t = torch.tensor([u], dtype=torch.float64)
@@ -48,8 +51,11 @@ def swap_allowing_decision(subject, row: LogitsVerifyInputs, u: float, accepted:
         if tv == 0:
             continue
         band = acceptance_band(other, row, law)
-        wrong = bool(band.must_reject(u_t)[0]) if accepted else bool(band.must_accept(u_t)[0])
-        if not wrong:
+        if accepted:
+            required = bool(band.must_accept(u_t)[0]) or bool(~band.zero[0] & ~band.unclear[0] & (band.low[0] >= 1))
+        else:
+            required = bool(band.must_reject(u_t)[0])
+        if required:
             out.append((pair, tv))
     return out
 
@@ -64,7 +70,8 @@ def swap_allowing_token(subject, inputs: LogitsVerifyInputs, b: int, j: int, tok
     """``[(pair, tv), ...]``: every swap whose law at row ``b``, position ``j`` gives
     ``token`` a probability a correct sampler may emit (not forbidden,
     :func:`~specexact.fuzz.reference.forbidden_tokens`); empty when no swap does or
-    ``subject`` is not logits-level."""
+    ``subject`` is not logits-level. (The caller leaves out an accepted draft at a supplied
+    uniform of 0: :func:`swap_allowing_decision`.)"""
     if not subject.logits_level or not isinstance(inputs, LogitsVerifyInputs):
         return []
     row = _one_row(inputs, b)
@@ -80,6 +87,6 @@ def swap_allowing_token(subject, inputs: LogitsVerifyInputs, b: int, j: int, tok
 def order_message(subject, what: str, swaps: list) -> str:
     """The ``declared_processing`` finding's message: ``what`` happened, and the swaps whose
     law allows it (with the TV between their law and the declared one there)."""
-    named = ", ".join(f"{a} and {c} swapped (TV {tv:.3g})" for (a, c), tv in swaps)
+    named = "; ".join(f"{a} and {c} swapped (TV {tv:.3g})" for (a, c), tv in swaps)
     return (f"{what}; the declared order {tuple(subject.processing.order)} forbids it, the law of the declared order "
-            f"with {named} allows it: the target law is processed in another order than declared")
+            f"with one of these swaps gives it: {named}: the target law is processed in another order than declared")

@@ -63,7 +63,9 @@ def check_output(subject: Subject, call: Call, out, forbidden: torch.Tensor | No
             extra = f"; supplied uniform for draft {j}: {float(call.uniforms[b, j])!r}"
         message = (f"emitted token {int(out[b, j])} at row {b}, position {j} ({what}), whose target probability "
                    f"there is 0{extra}; output {out[b].tolist()}")
-        swap = swap_allowing_token(subject, call.inputs, b, j, int(out[b, j]))
+        at_zero = call.uniforms is not None and j < ids.shape[1] and float(call.uniforms[b, j]) <= 0
+        swap = [] if (at_zero and j < int(num[b]) - 1) else swap_allowing_token(subject, call.inputs, b, j,
+                                                                                   int(out[b, j]))
         if swap:
             raise rule_error("declared_processing", order_message(subject, message, swap), call)
         raise rule_error("zero_probability_token", message, call)

@@ -51,7 +51,7 @@ def test_the_planted_order_fault_breaks_declared_processing(dtype):
     with pytest.raises(RuleBroken) as caught:
         probes(top_p_before_temperature).check(example(dtype))
     assert caught.value.rule == "declared_processing"
-    assert "temperature and top_p swapped" in caught.value.message
+    assert "temperature and top_p swapped" in caught.value.message, caught.value.message
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
