@@ -38,12 +38,12 @@ from hypothesis import strategies as st
 from specexact.audit.cases.decoder_case import AuditCase, RowClass
 from specexact.audit.cases.verify_case import VerifyCase, VerifyLaws
 from specexact.decoders import SamplingParams, ToyLMConfig
-from specexact.decoders.adapters.protocol import is_logits_level, processing_of
+from specexact.decoders.adapters.protocol import Capabilities, is_logits_level, processing_of
 from specexact.decoders.processing import LogitsProcessing
 from specexact.fuzz.generation import within_processing
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.fuzz.settings import FuzzSettings
-from specexact.fuzz.subject import Subject
+from specexact.fuzz.subject import PROTOCOL_DTYPES
 from specexact.strategies import (BLOCK_DRAFT_LENGTH, HONEST_PAIR_FAMILIES, draft_lengths, draft_target_pairs,
                                   params_repr, sampling_params, vocab_sizes)
 from specexact.strategies import VerifyCase as PairCase
@@ -226,6 +226,16 @@ def law_cases(seed: int, n: int, dtypes: tuple[str, ...] = ("float32",)) -> list
     return out
 
 
+def _declared_dtypes(sampler) -> tuple[str, ...]:
+    """The probability dtypes ``sampler`` declares (its capabilities' ``dtypes``), or those of
+    the ``verify`` protocol when it declares none (as the fuzz phase's
+    :class:`~specexact.fuzz.subject.Subject`; a sampler not at hand, ``None``, declares none)."""
+    caps = getattr(sampler, "capabilities", None)
+    if not isinstance(caps, Capabilities):
+        return PROTOCOL_DTYPES
+    return tuple(str(d).removeprefix("torch.") for d in caps.dtypes)
+
+
 def generated_cases(sampler, settings: FuzzSettings) -> list:
     """Every generated case for ``sampler`` (the row-class cases; the law cases too at the
     probability level), ``settings.num_generated_cases`` of each kind."""
@@ -234,7 +244,7 @@ def generated_cases(sampler, settings: FuzzSettings) -> list:
         return []
     cases: list = row_class_cases(processing_of(sampler), settings.seed, n)
     if not is_logits_level(sampler):
-        cases += law_cases(settings.seed, n, Subject.of(sampler).input_dtypes)
+        cases += law_cases(settings.seed, n, _declared_dtypes(sampler))
     return cases
 
 
