@@ -52,7 +52,7 @@ def finding_key(exc: RuleBroken, summary: dict) -> tuple[str, str, str]:
     direction, ``"rejects"`` / ``"accepts"``, only for the acceptance rule: a draft rejected
     that must be accepted, or the reverse; ``""`` otherwise)."""
     direction = ""
-    if exc.rule == "acceptance_rule":
+    if exc.rule in ("acceptance_rule", "declared_processing"):
         must = getattr(exc, "must_accept", None)
         direction = "" if must is None else ("rejects" if must else "accepts")
     return exc.rule, str(summary.get("family", "?")), direction

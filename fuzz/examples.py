@@ -31,6 +31,9 @@ NEAR_EQUAL_FAMILIES = ("draft_above", "target_below")
 """``draft_above``: ``q = p`` but ``num_ulps`` ulps higher at each drafted token;
 ``target_below``: ``p = q`` but ``num_ulps`` ulps lower there."""
 
+_HANDED_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                  "bfloat16": torch.bfloat16}
+
 REPLAY_IMPORTS = ("from specexact.decoders import SamplingParams\n"
                   "from specexact.fuzz.examples import LogitsExample, NearEqualPair, ProbExample\n"
                   "from specexact.strategies import LogitsCase, ProbsCase, VerifyCase\n")
@@ -177,10 +180,11 @@ class LogitsExample:
     Parameters
     ----------
     logits : LogitsCase
-        ``B * (K+1)`` rows: the raw target logits after each candidate prefix (cast to
-        float32, the protocol's dtype).
+        ``B * (K+1)`` rows: the raw target logits after each candidate prefix (their
+        values rounded to ``logits.dtype``), handed over in ``logits_dtype``.
     draft : ProbsCase
-        ``B * K`` rows, float32: the law each draft was sampled from.
+        ``B * K`` rows: the law each draft was sampled from (values rounded to
+        ``draft.dtype``), handed over in ``draft_dtype``.
     num_draft_tokens : int
         K.
     target_params : tuple of SamplingParams
@@ -195,6 +199,11 @@ class LogitsExample:
         Replace each row's first draft by the token of smallest raw target logit at
         position 0 (lowest id among ties; only where the draft law gives it mass): a token
         the target's truncation or mask removes, whatever V.
+    logits_dtype, draft_dtype : {"float32", "float64", "float16", "bfloat16"}
+        dtypes of ``target_logits`` and ``draft_probs`` as the sampler receives them
+        (default float32, the protocol's; float16 / bfloat16 as GPU engines hand logits
+        and draft laws over, for a sampler that declares them). The reference law is
+        computed from these same tensors.
     """
 
     logits: LogitsCase
@@ -206,6 +215,13 @@ class LogitsExample:
     seed: int = 0
     generator_seed: int = 0
     least_likely_first: bool = False
+    logits_dtype: str = "float32"
+    draft_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("logits_dtype", "draft_dtype"):
+            if getattr(self, name) not in _HANDED_DTYPES:
+                raise ValueError(f"{name} must be one of {tuple(_HANDED_DTYPES)}, got {getattr(self, name)!r}")
 
     @property
     def batch_size(self) -> int:
@@ -218,8 +234,8 @@ class LogitsExample:
     @cached_property
     def _built(self) -> dict:
         B, K, V = self.batch_size, self.num_draft_tokens, self.vocab_size
-        logits = self.logits.logits.to(torch.float32).reshape(B, K + 1, V)
-        q = self.draft.probs.to(torch.float32).reshape(B, K, V)
+        logits = self.logits.logits.to(_HANDED_DTYPES[self.logits_dtype]).reshape(B, K + 1, V)
+        q = self.draft.probs.to(_HANDED_DTYPES[self.draft_dtype]).reshape(B, K, V)
         law = q.to(torch.float64).numpy()
         rng = np.random.default_rng(self.seed)
         ids = np.array([[rng.choice(V, p=law[b, i] / law[b, i].sum()) for i in range(K)] for b in range(B)],
@@ -246,14 +262,18 @@ class LogitsExample:
     def describe(self) -> dict:
         return {"family": f"logits:{self.logits.family}", "vocab_size": self.vocab_size,
                 "batch_size": self.batch_size, "num_draft_tokens": int(self.num_draft_tokens),
-                "dtype": self.logits.dtype}
+                "dtype": self.logits_dtype, "draft_dtype": self.draft_dtype}
 
     def __repr__(self) -> str:
         params = ", ".join(params_repr(p) for p in self.target_params)
         return (f"LogitsExample(logits={self.logits!r}, draft={self.draft!r}, "
                 f"num_draft_tokens={self.num_draft_tokens!r}, target_params=({params},), prompt={self.prompt!r}, "
                 f"output={self.output!r}, seed={self.seed!r}, generator_seed={self.generator_seed!r}, "
-                f"least_likely_first={self.least_likely_first!r})")
+                f"least_likely_first={self.least_likely_first!r}{self._dtypes_repr()})")
+
+    def _dtypes_repr(self) -> str:
+        return "".join(f", {name}={getattr(self, name)!r}" for name in ("logits_dtype", "draft_dtype")
+                       if getattr(self, name) != "float32")
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(repr(self))

@@ -177,17 +177,21 @@ def families_for(subject: Subject, *, max_vocab: int | None = None) -> list[Fami
         examples, corruptions, prefix, calls = logits_examples, LOGITS_CORRUPTIONS, "logits_", "logits_calls"
     else:
         examples, corruptions, prefix, calls = prob_examples, PROB_CORRUPTIONS, "", "verify_calls"
+    # logits level: a finding that the law of the declared order with two operations swapped
+    # explains is the declared_processing rule's (fuzz.declared_order)
+    order = ("declared_processing",) if subject.logits_level else ()
     out = [Family(calls,
                   "generated inputs (every pair / logits family, V up to 262145): one call, then the same "
                   "generator state again with torch's global RNG reseeded",
-                  _CALL_RULES if tokenwise else tuple(r for r in _CALL_RULES if r != "uses_generator"),
+                  (_CALL_RULES if tokenwise else tuple(r for r in _CALL_RULES if r != "uses_generator")) + order,
                   examples(subject, max_vocab=cap(None)), _calls(subject), 0.35, _describe)]
     if subject.uniforms and tokenwise:
         out.append(Family(f"{prefix}acceptance_probes",
                           f"each draft probed with supplied uniforms (0, smallest, just below / at / just above "
                           f"p/q, largest below 1) and its acceptance threshold bisected on the "
                           f"{str(subject.uniforms_dtype).removeprefix('torch.')} grid",
-                          _PROBE_RULES, examples(subject, max_vocab=cap(PROBE_MAX_VOCAB)), _probes(subject), 0.45,
+                          _PROBE_RULES + order, examples(subject, max_vocab=cap(PROBE_MAX_VOCAB)), _probes(subject),
+                          0.45,
                           _describe))
     small = examples(subject, max_vocab=cap(INVALID_MAX_VOCAB), max_batch=2, max_drafts=2)
     if subject.scheme == "sample_compare":

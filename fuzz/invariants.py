@@ -17,6 +17,7 @@ import torch
 
 from specexact.decoders import VerifierProtocolError, check_verifier_output
 
+from specexact.fuzz.declared_order import order_message, swap_allowing_token
 from specexact.fuzz.examples import ProbInputs
 from specexact.fuzz.reference import acceptance_band, forbidden_tokens, target_law
 from specexact.fuzz.rules import rule_error
@@ -60,9 +61,14 @@ def check_output(subject: Subject, call: Call, out, forbidden: torch.Tensor | No
         extra = ""
         if call.uniforms is not None and j < ids.shape[1]:
             extra = f"; supplied uniform for draft {j}: {float(call.uniforms[b, j])!r}"
-        raise rule_error("zero_probability_token",
-                         f"emitted token {int(out[b, j])} at row {b}, position {j} ({what}), whose target probability "
-                         f"there is 0{extra}; output {out[b].tolist()}", call)
+        message = (f"emitted token {int(out[b, j])} at row {b}, position {j} ({what}), whose target probability "
+                   f"there is 0{extra}; output {out[b].tolist()}")
+        at_zero = call.uniforms is not None and j < ids.shape[1] and float(call.uniforms[b, j]) <= 0
+        swap = [] if (at_zero and j < int(num[b]) - 1) else swap_allowing_token(subject, call.inputs, b, j,
+                                                                                   int(out[b, j]))
+        if swap:
+            raise rule_error("declared_processing", order_message(subject, message, swap), call)
+        raise rule_error("zero_probability_token", message, call)
     return num.cpu()
 
 

@@ -26,6 +26,7 @@ import torch
 
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
 
+from specexact.fuzz.declared_order import order_message, swap_allowing_decision
 from specexact.fuzz.examples import ProbInputs
 from specexact.fuzz.invariants import checked_call
 from specexact.fuzz.reference import acceptance_band, forbidden_tokens, target_law
@@ -173,9 +174,11 @@ def _violation(subject, inputs, band, k: int, u: float, accepted: bool, generato
     entry = "verify_logits_with_uniforms" if subject.logits_level else "verify_with_uniforms"
     call = Call(entry=entry, inputs=_row(inputs, k), uniforms=torch.tensor([[u]], dtype=torch.float64),
                 generator_seed=generator_seed, source=f"{source}[{k}]")
-    err = rule_error("acceptance_rule",
-                     f"draft {d} with p(d)={p!r}, q(d)={q!r}: {'accepted' if accepted else 'rejected'} at u={u!r}, "
-                     f"must {need} ({why})", call)
+    what = (f"draft {d} with p(d)={p!r}, q(d)={q!r}: {'accepted' if accepted else 'rejected'} at u={u!r}, "
+            f"must {need} ({why})")
+    swap = swap_allowing_decision(subject, call.inputs, u, accepted)
+    err = (rule_error("acceptance_rule", what, call) if not swap
+           else rule_error("declared_processing", order_message(subject, what, swap), call))
     err.must_accept = not accepted
     return err
 

@@ -189,7 +189,8 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
     corruption : str, optional
         The corruption of an invalid-input finding (``not_a_generator`` passes a non-generator).
     must_accept : bool, optional
-        ``acceptance_rule``: the decision the rule requires.
+        ``acceptance_rule`` (and ``declared_processing`` found by a probe): the decision the
+        rule requires.
     """
     inputs, literal = _inputs_code(call)
     # Comment lines carry the sampler's own text (exception messages) as written: the reports
@@ -210,6 +211,8 @@ def replay_script(*, sampler: str, family: str, rule: str, message: str, example
                     "from specexact.fuzz.probes import all_probe_rows, stack_rows"]
     uniforms = "" if call.uniforms is None else f"uniforms = {tensor_literal(call.uniforms.to(torch.float64))}\n"
     checks = _TREE_CHECKS if call.entry == "verify_tree" else _CHECKS
+    if rule == "declared_processing":  # a probe's decision, or an emitted token, the declared order forbids
+        rule = "acceptance_rule" if must_accept is not None else "zero_probability_token"
     check = checks[rule].format(limit=call_timeout_s, V=call.vocab_size, name=sampler, gseed=call.generator_seed,
                                  g1=GLOBAL_SEED, g2=OTHER_GLOBAL_SEED, must_accept=must_accept,
                                  bad_gen="object()" if corruption == "not_a_generator" else "None")

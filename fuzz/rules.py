@@ -23,6 +23,10 @@ RULES: dict[str, str] = {
     "uses_generator": "a call with a random decision draws from the generator it is passed",
     "acceptance_rule": "with supplied uniforms, draft d is accepted iff u < min(1, p(d)/q(d)), up to the declared "
                        "dtype's rounding (exactly: never when p(d) = 0)",
+    "declared_processing": "logits level: the sampler follows the law of its declared order of operations (a "
+                           "decision outside the acceptance band, or an emitted token of probability 0, that the "
+                           "law of the declared order with two operations swapped allows is this rule's finding, "
+                           "not acceptance_rule's or zero_probability_token's)",
 }
 """Rule name -> what it requires."""
 

@@ -26,12 +26,19 @@ trees
 scenarios
     :func:`e2e_scenarios`: end-to-end scenarios (γ, request shapes of mixed prompt lengths,
     parameters, limits and EOS in one generate call), shrinking toward the simplest.
+draft_lengths
+    :func:`draft_lengths`: γ from 1 to 4 and the long range (8, 15: block drafters);
+    :func:`capped_vocab_size`: V within a budget of ``B (γ+1) V`` cells.
+orders
+    :func:`order_sensitive_rows`: logits rows whose processed law changes when two
+    operations of a declared order are swapped (by at least a stated total variation).
 uniforms
     :func:`acceptance_probes`, :func:`boundary_uniforms`: uniforms on the acceptance
     boundary ``u * q < p``.
 """
 
 from ._validation import InvalidArgument
+from .draft_lengths import BLOCK_DRAFT_LENGTH, LONG_DRAFT_LENGTHS, capped_vocab_size, draft_lengths
 from .laws import (
     DTYPES,
     LOGIT_FAMILIES,
@@ -40,6 +47,17 @@ from .laws import (
     ProbsCase,
     logit_tensors,
     probability_tensors,
+)
+from .orders import (
+    COMMUTING_PAIRS,
+    MIN_ORDER_TV,
+    OrderSensitiveRow,
+    flipped_relations,
+    order_pairs,
+    order_sensitive_params,
+    order_sensitive_rows,
+    order_tv,
+    swapped_processing,
 )
 from .pairs import (
     DISHONEST_PAIR_FAMILIES,
@@ -72,6 +90,19 @@ from .uniforms import (
 from .vocab import REAL_VOCAB_SIZES, VOCAB_FAMILIES, vocab_size_family, vocab_sizes
 
 __all__ = [
+    "COMMUTING_PAIRS",
+    "MIN_ORDER_TV",
+    "OrderSensitiveRow",
+    "flipped_relations",
+    "order_pairs",
+    "order_sensitive_params",
+    "order_sensitive_rows",
+    "order_tv",
+    "swapped_processing",
+    "BLOCK_DRAFT_LENGTH",
+    "LONG_DRAFT_LENGTHS",
+    "capped_vocab_size",
+    "draft_lengths",
     "DISHONEST_PAIR_FAMILIES",
     "DTYPES",
     "HISTORY_KINDS",

@@ -11,7 +11,8 @@ time, and their checks state their detectable TV like every other case's):
   case names are audited too;
 - ``fuzz-laws-<k>`` (item 4, probability-level samplers): a verify-level case on one
   generated draft/target pair (:func:`~specexact.strategies.draft_target_pairs`, honest
-  families, V up to 4096): its position laws do not depend on the drafts, so the first
+  families, γ up to 15 with V up to 4096 and ``(γ+1) V <= 4 * 4096``, in the dtypes the
+  sampler declares: float16 / bfloat16 laws reach it as given): its position laws do not depend on the drafts, so the first
   emitted token, the recovered token after rejecting draft 0 and the bonus token have
   exact laws, checked on many rows that share the example
   (:func:`~specexact.audit.cases.verify_kind.run_verify_case`).
@@ -37,12 +38,14 @@ from hypothesis import strategies as st
 from specexact.audit.cases.decoder_case import AuditCase, RowClass
 from specexact.audit.cases.verify_case import VerifyCase, VerifyLaws
 from specexact.decoders import SamplingParams, ToyLMConfig
-from specexact.decoders.adapters.protocol import is_logits_level, processing_of
+from specexact.decoders.adapters.protocol import Capabilities, is_logits_level, processing_of
 from specexact.decoders.processing import LogitsProcessing
 from specexact.fuzz.generation import within_processing
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.fuzz.settings import FuzzSettings
-from specexact.strategies import HONEST_PAIR_FAMILIES, draft_target_pairs, params_repr, sampling_params, vocab_sizes
+from specexact.fuzz.subject import PROTOCOL_DTYPES
+from specexact.strategies import (BLOCK_DRAFT_LENGTH, HONEST_PAIR_FAMILIES, draft_lengths, draft_target_pairs,
+                                  params_repr, sampling_params, vocab_sizes)
 from specexact.strategies import VerifyCase as PairCase
 
 __all__ = ["PairLawsCase", "generated_cases", "generated_case", "row_class_cases", "law_cases", "FUZZ_TAG"]
@@ -59,8 +62,10 @@ class PairLawsCase(VerifyCase):
     """A verify-level case whose laws are row 0 of a generated pair (``pair``), not a model's.
 
     ``model`` only carries the vocabulary size (the planner reads it); the laws are
-    ``pair.draft_probs[0]`` (``[K, V]``) and ``pair.target_probs[0]`` (``[K+1, V]``) in
-    float32, the references those float32 laws in float64, renormalised.
+    ``pair.draft_probs[0]`` (``[K, V]``) and ``pair.target_probs[0]`` (``[K+1, V]``) handed
+    over in the pair's dtype (float32, or float16 / bfloat16 for a sampler that declares
+    them, as GPU engines hand laws over), the references those same values in float64,
+    renormalised: the law of what the sampler was given.
     """
 
     pair: PairCase | None = None
@@ -91,8 +96,9 @@ _LAWS: dict = {}
 def _pair_laws(pair: PairCase, device: str) -> VerifyLaws:
     key = (pair, device)
     if key not in _LAWS:
-        d32 = pair.draft_probs[0].to(torch.float32)
-        t32 = pair.target_probs[0].to(torch.float32)
+        given = pair.draft_probs.dtype if pair.draft_probs.dtype in _HALF else torch.float32
+        d32 = pair.draft_probs[0].to(given)
+        t32 = pair.target_probs[0].to(given)
 
         def ref(x: torch.Tensor) -> np.ndarray:
             a = x.double().numpy()
@@ -105,6 +111,12 @@ def _pair_laws(pair: PairCase, device: str) -> VerifyLaws:
                                 draft64=ref(d32), target64=ref(t32))
     return _LAWS[key]
 
+
+_HALF = (torch.float16, torch.bfloat16)
+
+#: Largest ``(K+1) V`` of a law case (K = 3 at V = 4096, as before γ went past 3): a long γ
+#: comes with a smaller V, so a case's cost per row stays flat.
+_LAW_CELLS = 4 * 4096
 
 #: Candidates Hypothesis draws for each generated kind (the most informative are kept).
 _CANDIDATES = 40
@@ -150,7 +162,7 @@ def _rows_score(d: dict) -> float:
 def _pair_score(pair: PairCase) -> float:
     """Larger vocabularies and families where both decisions happen."""
     flat = pair.family in ("greedy", "one_hot_target", "one_hot_draft", "identical")
-    return (0 if flat else 10) + min(pair.vocab_size, 4096).bit_length() + pair.num_draft_tokens
+    return (0 if flat else 10) + min(pair.vocab_size, 4096).bit_length() + min(pair.num_draft_tokens, 8).bit_length()
 
 
 def _seed(seed: int, kind: str) -> int:
@@ -189,11 +201,21 @@ def row_class_cases(processing: LogitsProcessing, seed: int, n: int) -> list[Aud
     return out
 
 
-def law_cases(seed: int, n: int) -> list[PairLawsCase]:
-    """``n`` verify-level cases ``fuzz-laws-1..n`` on generated pairs (module docstring)."""
-    pairs = draft_target_pairs(vocab_size=vocab_sizes(min_size=2, max_size=4096), batch_size=1,
-                               num_draft_tokens=st.integers(1, 3), families=HONEST_PAIR_FAMILIES,
-                               dtypes=("float32",))
+@st.composite
+def _law_pairs(draw, dtypes: tuple[str, ...]):
+    K = draw(draft_lengths(max_length=BLOCK_DRAFT_LENGTH))
+    V = draw(vocab_sizes(min_size=2, max_size=max(2, min(4096, _LAW_CELLS // (K + 1)))))
+    return draw(draft_target_pairs(vocab_size=V, batch_size=1, num_draft_tokens=K, families=HONEST_PAIR_FAMILIES,
+                                   dtypes=dtypes))
+
+
+def law_cases(seed: int, n: int, dtypes: tuple[str, ...] = ("float32",)) -> list[PairLawsCase]:
+    """``n`` verify-level cases ``fuzz-laws-1..n`` on generated pairs (module docstring):
+    γ from :func:`~specexact.strategies.draft_lengths` up to 15 (a block drafter's block)
+    with ``(γ+1) V <= 4 * 4096``, the pair's dtype among ``dtypes`` (float32, float16,
+    bfloat16: the laws are handed over in it)."""
+    dtypes = tuple(d for d in dtypes if d in ("float32", "float16", "bfloat16")) or ("float32",)
+    pairs = _law_pairs(dtypes)
     out = []
     for k, pair in enumerate(_draw(pairs, n, _seed(seed, "laws"), _pair_score), 1):
         K, V = pair.num_draft_tokens, pair.vocab_size
@@ -204,6 +226,16 @@ def law_cases(seed: int, n: int) -> list[PairLawsCase]:
     return out
 
 
+def _declared_dtypes(sampler) -> tuple[str, ...]:
+    """The probability dtypes ``sampler`` declares (its capabilities' ``dtypes``), or those of
+    the ``verify`` protocol when it declares none (as the fuzz phase's
+    :class:`~specexact.fuzz.subject.Subject`; a sampler not at hand, ``None``, declares none)."""
+    caps = getattr(sampler, "capabilities", None)
+    if not isinstance(caps, Capabilities):
+        return PROTOCOL_DTYPES
+    return tuple(str(d).removeprefix("torch.") for d in caps.dtypes)
+
+
 def generated_cases(sampler, settings: FuzzSettings) -> list:
     """Every generated case for ``sampler`` (the row-class cases; the law cases too at the
     probability level), ``settings.num_generated_cases`` of each kind."""
@@ -212,7 +244,7 @@ def generated_cases(sampler, settings: FuzzSettings) -> list:
         return []
     cases: list = row_class_cases(processing_of(sampler), settings.seed, n)
     if not is_logits_level(sampler):
-        cases += law_cases(settings.seed, n)
+        cases += law_cases(settings.seed, n, _declared_dtypes(sampler))
     return cases
 
 

@@ -136,7 +136,7 @@ def fuzz_finding_key(finding: Mapping[str, Any]) -> str:
     must reject): the identity regression mode compares (module docstring)."""
     kind = (finding.get("example_summary") or {}).get("family", "?")
     direction = ""
-    if finding["rule"] == "acceptance_rule":
+    if finding["rule"] in ("acceptance_rule", "declared_processing"):
         message = finding.get("message") or ""
         direction = ", rejects" if "must accept" in message else ", accepts" if "must reject" in message else ""
     return f"{finding['family']} / {finding['rule']}[{kind}{direction}]"

@@ -54,7 +54,9 @@ Derived parts — **heuristics**, stated as such in the report:
   (not located by the per-event checks).
 - *fuzz findings* (exact, from the fuzz phase's rules, :data:`FUZZ_RULE_PARTS`) fail their
   part too: the acceptance-rule probes and an accepted draft of target probability 0 the
-  acceptance rule; a zero-probability last token (recovered or bonus) the recovered token;
+  acceptance rule; at the logits level a probe decision that only the law of the declared
+  order with two operations swapped explains (rule ``declared_processing``) the per-prefix
+  processing; a zero-probability last token (recovered or bonus) the recovered token;
   a crash, hang, protocol violation or modified input the protocol; invalid input not
   refused (or refused with the wrong exception) the input validation; a generator not
   used, or the same generator state giving different output, reproducibility. Never
@@ -161,11 +163,13 @@ def _fuzz_part(finding: dict) -> str | None:
 
 
 def _add_fuzz_findings(report: dict, parts: dict) -> set:
-    """Fail the part of each fuzz finding (module docstring); return those parts."""
+    """Fail the part of each fuzz finding (module docstring) among ``parts``; return those
+    parts (a part not yet in ``parts``, e.g. the derived per-prefix processing, is left for
+    a later call)."""
     hit = set()
     for f in (report.get("fuzz") or {}).get("findings") or []:
         key = _fuzz_part(f)
-        if key is None:
+        if key is None or key not in parts:
             continue
         p = parts[key]
         label = f"fuzz / {f['family']} / {f['rule']}"
@@ -176,6 +180,7 @@ def _add_fuzz_findings(report: dict, parts: dict) -> set:
             text = f"fuzz phase, exact: {f['message'].splitlines()[0]}{known}; shrunk example {f['example']}"
             p["evidence"] = text if p["status"] != "fail" or not p["evidence"] else p["evidence"] + "; " + text
         p["status"] = "fail"
+        p["heuristic"] = False  # an exact finding
         hit.add(key)
     return hit
 
@@ -250,6 +255,7 @@ def diagnose(report: dict) -> dict:
     fuzz_hit = _add_fuzz_findings(report, parts)
     parts["position_alignment"], recovered_shift = alignment(checks, parts)
     parts["per_prefix_processing"] = per_prefix(checks, parts, level)
+    fuzz_hit |= _add_fuzz_findings(report, {"per_prefix_processing": parts["per_prefix_processing"]})
     rec = parts["recovered_token"]
     if rec["status"] == "fail" and recovered_shift:
         gain, case, n, pos = max(recovered_shift)

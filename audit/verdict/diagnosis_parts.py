@@ -45,6 +45,7 @@ CHECK_PARTS = {
 
 FUZZ_RULE_PARTS = {
     "acceptance_rule": "acceptance_rule", "zero_probability_token": "acceptance_rule",
+    "declared_processing": "per_prefix_processing",
     "no_crash": "protocol", "no_hang": "protocol", "output_protocol": "protocol", "inputs_unmodified": "protocol",
     "refuses_invalid_input": "input_validation",
     "uses_generator": "reproducibility", "same_generator_same_output": "reproducibility",

@@ -92,6 +92,7 @@ check type for ``under_accepting`` and the defect kinds."""
 
 FUZZ_RULE_TIERS = {
     "acceptance_rule": "inexact",
+    "declared_processing": "inexact",
     "output_protocol": "defect",
     "zero_probability_token": "defect",
     "no_crash": "defect",

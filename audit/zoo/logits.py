@@ -17,7 +17,7 @@ from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, cand
 from specexact.decoders.adapters.protocol import Capabilities, LogitsVerifyInputs, declared_processing
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
-__all__ = ["WRONG_LOGITS", "CORRECT_LOGITS"]
+__all__ = ["WRONG_LOGITS", "WRONG_ORDER_LOGITS", "CORRECT_LOGITS"]
 
 _PROMPT_SCOPE = LogitsProcessing(repetition_penalty_scope="prompt_and_output")
 
@@ -67,7 +67,7 @@ class _Misdeclared(LogitsLevelVerifier):
     def __init__(self, name: str, applied: LogitsProcessing, declared: LogitsProcessing) -> None:
         super().__init__(applied, name=name)
         self.capabilities = Capabilities(
-            max_batch_size=None, dtypes=(torch.float32, torch.float64), devices=("cpu", "cuda"),
+            max_batch_size=None, dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16), devices=("cpu", "cuda"),
             randomness="generator", logits_level=True, **declared_processing(declared),
             notes=f"planted bug: applies {applied.to_dict()}",
         )
@@ -96,6 +96,17 @@ min_p_last_declared_builtin = _Misdeclared(
 )
 """Min-p applied after top-p (transformers' order) while the built-in order is declared."""
 
+top_p_before_temperature = _Misdeclared(
+    "top_p_before_temperature",
+    applied=LogitsProcessing(order=("penalties", "top_p", "min_p", "top_k", "temperature")),
+    declared=LogitsProcessing(order=("penalties", "temperature", "min_p", "top_k", "top_p")),
+)
+"""Top-p applied to the untempered law (before the temperature, with it and top-p swapped)
+while the built-in order is declared: the law differs only on rows where both act and the
+nucleus of the tempered law is not that of the untempered one (order-sensitive rows,
+:func:`specexact.strategies.order_sensitive_params`); caught by the fuzz phase's probes as
+``declared_processing`` (``tests/audit/zoo/test_logits_order.py``)."""
+
 prompt_ignored_by_repetition = _Misdeclared(
     "prompt_ignored_by_repetition", applied=BUILTIN_PROCESSING, declared=_PROMPT_SCOPE,
 )
@@ -110,6 +121,10 @@ WRONG_LOGITS = {v.name: v for v in (stale_penalty_history, history_one_draft_ahe
                                     min_p_last_declared_builtin, prompt_ignored_by_repetition,
                                     lean_stale_penalty_history, lean_penalty_last)}
 """Deliberately wrong logits-level samplers, by name."""
+
+WRONG_ORDER_LOGITS = {v.name: v for v in (top_p_before_temperature,)}
+"""Planted faults of the declared order that the fuzz phase's order-sensitive rows catch
+exactly (not in :data:`WRONG_LOGITS`, whose test asks the statistical quick cases)."""
 
 CORRECT_LOGITS = {v.name: v for v in (builtin_order, transformers_order, prompt_scope, lean)}
 """Correct logits-level samplers with different declared processing, by name."""

@@ -69,12 +69,13 @@ class LogitsLevelVerifier:
         self.name = name
         self.capabilities = Capabilities(
             max_batch_size=None,
-            dtypes=(torch.float32, torch.float64),
+            dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
             devices=("cpu", "cuda"),
             randomness="generator",
             logits_level=True,
             **declared_processing(processing),
-            notes="the built-in pipeline per candidate prefix, then the built-in verify",
+            notes="the built-in pipeline per candidate prefix (half-precision logits processed in float32), "
+                  "then the built-in verify",
         )
 
     def metadata(self) -> dict:

@@ -9,7 +9,7 @@ from specexact.audit.cases.dispatch import checks_per_case
 from specexact.audit.zoo.logits import lean
 from specexact.decoders import verify
 from specexact.fuzz import FuzzSettings
-from specexact.audit.cases.generated import FUZZ_TAG, PairLawsCase, generated_case, generated_cases
+from specexact.audit.cases.generated import FUZZ_TAG, PairLawsCase, generated_case, generated_cases, law_cases
 
 CASES = generated_cases(verify, FuzzSettings(seed=0))
 CHECKS = sum(checks_per_case(c) for c in CASES)
@@ -37,8 +37,10 @@ def test_row_classes_stay_within_the_declared_operations_and_laws_come_from_the_
     laws_case = CASES[1]
     assert isinstance(laws_case, PairLawsCase)
     laws = laws_case.laws()
-    assert torch.equal(laws.draft32, laws_case.pair.draft_probs[0].float())
-    assert torch.equal(laws.target32, laws_case.pair.target_probs[0].float())
+    given = laws_case.pair.draft_probs.dtype  # handed over as drawn: float32, float16 or bfloat16
+    assert laws.draft32.dtype == laws.target32.dtype == (given if given != torch.float64 else torch.float32)
+    assert torch.equal(laws.draft32, laws_case.pair.draft_probs[0].to(laws.draft32.dtype))
+    assert torch.equal(laws.target32, laws_case.pair.target_probs[0].to(laws.draft32.dtype))
     d = laws_case.to_dict()
     assert d["kind"] == "verify" and "VerifyCase(" in d["pair"]
 
@@ -58,3 +60,29 @@ def test_the_builtin_verifier_passes_them(alpha):
         res = run_case(case, verify, false_fail_rate=alpha, seed=0, num_batches=2)
         assert res.passed, [str(c) for c in res.checks]
         assert len(res.checks) == checks_per_case(case)
+
+
+def _law_case_tags(dtypes, seeds=range(12)):
+    """Tags of the law cases of a seeded sample of audit seeds (3 cases each, the nightly count)."""
+    seen = set()
+    for seed in seeds:
+        for case in law_cases(seed, 3, dtypes):
+            K, V = case.num_draft_tokens, case.model.vocab_size
+            assert (K + 1) * V <= 4 * 4096 and 1 <= K <= 15, (K, V)
+            seen |= {str(case.pair.dtype), *(["γ>=8"] if K >= 8 else []), *(["γ=15"] if K == 15 else []),
+                     *(["γ<=3"] if K <= 3 else [])}
+    return seen
+
+
+def test_law_cases_reach_long_gamma_and_half_precision_where_declared():
+    seen = _law_case_tags(("float32", "float16", "bfloat16"))
+    assert {"γ>=8", "γ=15", "γ<=3", "float16", "bfloat16", "float32"} <= seen, seen
+    assert {"float16", "bfloat16"}.isdisjoint(_law_case_tags(("float32",), range(4)))
+    # the verify protocol (no declared capabilities) takes every floating dtype
+    drawn = set()
+    for seed in range(40):
+        drawn |= {str(c.pair.dtype) for c in generated_cases(verify, FuzzSettings(seed=seed, profile="nightly"))
+                  if isinstance(c, PairLawsCase)}
+        if {"float16", "bfloat16"} <= drawn:
+            break
+    assert {"float16", "bfloat16"} <= drawn, drawn
