@@ -33,7 +33,7 @@ from specexact.decoders import (
     speculative_generate_reference,
     verify,
 )
-from specexact.decoders import law_engine, workspace
+from specexact.decoders import law_engine
 from specexact.decoders.law_engine import fused_laws, fused_model
 from specexact.decoders.law_table import MIN_ROWS
 from specexact.decoders.params import batch_params

@@ -35,7 +35,7 @@ from specexact.decoders.rejection_sampling import (
     verify_reference,
 )
 from specexact.decoders.sampling import BLOCK
-from specexact.strategies import PAIR_FAMILIES, REAL_VOCAB_SIZES, draft_target_pairs, vocab_sizes
+from specexact.strategies import REAL_VOCAB_SIZES, draft_target_pairs, vocab_sizes
 
 KS = st.sampled_from([1, 4, 8])
 

@@ -7,7 +7,6 @@ sample of examples and fails naming the axis that stopped being generated."""
 
 from collections import Counter
 
-import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample

@@ -5,7 +5,6 @@ import contextlib
 import io
 
 import pytest
-import torch
 
 from specexact.decoders.tree import REFERENCE_SAMPLERS
 from specexact.fuzz import FuzzSettings, run_fuzz

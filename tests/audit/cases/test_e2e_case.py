@@ -12,7 +12,6 @@ from specexact.audit.cases.e2e.catalog import e2e_cases
 from specexact.audit.cases.e2e.laws import acceptance_law
 from specexact.audit.cases.dispatch import checks_per_case, restrict_to_sampler
 from specexact.decoders import verify
-from specexact.decoders.engines import EngineCapabilities
 from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.decoders.processing import BUILTIN_PROCESSING
 

@@ -13,7 +13,6 @@ from specexact.audit.run.pilot import pilot_costs
 from specexact.audit.cases.dispatch import checks_per_case, restrict_to_sampler, run_case, unsupported_reason
 from specexact.audit.cases.tree_case import (
     TREE_CHECKS_PER_CLASS,
-    TreeCase,
     restrict_tree_case,
     tree_cases,
 )

@@ -11,7 +11,6 @@ from specexact.audit.cases.dispatch import checks_per_case
 from specexact.decoders import SamplingParams, ToyLM, ToyLMConfig
 from specexact.decoders.adapters import Capabilities
 from specexact.decoders.tree import REFERENCE_SAMPLERS, TreeSampler, verify_block
-from specexact.exactness.enumeration import acceptance_law
 from specexact.reports import render_html, render_markdown, validate_report
 
 V8 = next(c for c in default_cases() if c.name == "v8-plain")
