@@ -35,16 +35,15 @@ def test_the_draw_is_a_function_of_the_seed():
 
 
 def test_the_drawn_scenarios_reach_the_axes_within_the_cost_cap():
-    # fails if an axis stops being generated, or stops being preferred by the draw: the
-    # default audit (seed 0) reaches every key axis; under the cost cap another seed may miss
-    # one (seed 1: no output past position 32), but none misses more than one
-    reached = {}
+    # fails if an axis stops being generated, or stops being preferred by the draw: seeds 0-3
+    # each reach every key axis under the cost cap, with the newest and the lowest Hypothesis
+    # the project allows (CANDIDATES draws; at 100, seed 0 missed position 32 under 6.116)
     for seed in range(4):
         drawn = [s for _, s in draw_scenarios(seed)]
         assert sum(cost(s) for s in drawn) <= COST_CAP
-        reached[seed] = set().union(*(axes_reached(s) for s in drawn))
-        assert len(set(KEY_AXES + OTHER_AXES) - reached[seed]) <= 1, (seed, reached[seed])
-    assert set(KEY_AXES) <= reached[0], reached[0]
+        reached = set().union(*(axes_reached(s) for s in drawn))
+        assert set(KEY_AXES) <= reached, (seed, reached)
+        assert len(set(KEY_AXES + OTHER_AXES) - reached) <= 1, (seed, reached)
 
 
 def test_a_scenario_case_has_the_shapes_bands_and_seeds():

@@ -158,7 +158,10 @@ def test_an_inexact_sampler_exits_1_whatever_strict_inputs(tmp_path, capsys, str
     assert main(args) == 1
     report = _report(tmp_path)
     assert report["verdict"] == "fail" and report["tiers"]["inexact"] >= 1
-    assert all(f["source"] == "check" and f["tier"] == "inexact" for f in report["findings"])
+    # the law checks' findings are inexact; the fuzz phase may find the same fault too (as a
+    # zero-probability token, a defect: which examples it draws depends on Hypothesis' version)
+    assert all(f["tier"] == "inexact" for f in report["findings"] if f["source"] == "check")
+    assert any(f["source"] == "check" for f in report["findings"])
     assert "inexact (" in capsys.readouterr().err
 
 
