@@ -38,7 +38,8 @@ from specexact.decoders.params import SamplingParams
 from specexact.decoders.tiny_models import conditional_laws
 from specexact.exactness.results import CheckResult
 
-__all__ = ["LOGPROB_PATHS", "LOGPROB_TOLERANCE", "padded_logprobs", "exact_logprobs", "logprob_checks"]
+__all__ = ["LOGPROB_PATHS", "LOGPROB_TOLERANCE", "padded_tokens", "padded_logprobs", "exact_logprobs", "logprob_checks",
+           "results_logprob_checks"]
 
 LOGPROB_PATHS = (("token_logprobs", True), ("plain_token_logprobs", False))
 """The logprob check names and whether each reads the speculative outputs."""
@@ -46,6 +47,16 @@ LOGPROB_PATHS = (("token_logprobs", True), ("plain_token_logprobs", False))
 LOGPROB_TOLERANCE = 1e-3
 """Nats a reported logprob may differ from its exact float64 value: a probability off by a
 factor outside ``[e^-0.001, e^0.001]`` (0.1 %) fails; float32 arithmetic is far inside."""
+
+
+def padded_tokens(results: list[GenerationResult], length: int) -> torch.Tensor:
+    """``[N, length]`` int64: each result's token ids, ``-1`` past its end."""
+    out = torch.full((len(results), length), -1, dtype=torch.int64)
+    for i, r in enumerate(results):
+        toks = list(r.token_ids)[:length]
+        if toks:
+            out[i, : len(toks)] = torch.tensor(toks, dtype=torch.int64)
+    return out
 
 
 def padded_logprobs(results: list[GenerationResult], length: int) -> torch.Tensor:
@@ -142,3 +153,12 @@ def logprob_checks(case: E2ECase, caps: EngineCapabilities, spec: torch.Tensor, 
                          f"its prefix (float64, teacher-forced), within {LOGPROB_TOLERANCE:g} nats (exact, no "
                          "sampling)" + ("; " + msg if msg else ""))))
     return out
+
+
+def results_logprob_checks(case: E2ECase, caps: EngineCapabilities, spec: list[GenerationResult],
+                           plain: list[GenerationResult], alpha: float) -> list[CheckResult]:
+    """:func:`logprob_checks` of one speculative and one plain call's results (the case's
+    requests, classes interleaved), padded to the case's length."""
+    L = case.length
+    return logprob_checks(case, caps, padded_tokens(spec, L), padded_tokens(plain, L), padded_logprobs(spec, L),
+                          padded_logprobs(plain, L), alpha)

@@ -27,7 +27,8 @@ import torch
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
 from specexact.audit.cases.e2e.laws import case_models, class_laws
-from specexact.audit.cases.e2e.logprob_checks import logprob_checks, padded_logprobs
+from specexact.audit.cases.e2e.logprob_checks import padded_tokens as _padded
+from specexact.audit.cases.e2e.logprob_checks import results_logprob_checks
 from specexact.audit.cases.e2e.token_checks import band_checks
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
@@ -44,15 +45,6 @@ from specexact.audit.core.levels import MIN_EXPECTED
 from specexact.audit.sampler.call_timeout import SamplerCallTimeout
 
 __all__ = ["run_e2e_case"]
-
-
-def _padded(results, length: int) -> torch.Tensor:
-    out = torch.full((len(results), length), -1, dtype=torch.int64)
-    for i, r in enumerate(results):
-        toks = list(r.token_ids)[:length]
-        if toks:
-            out[i, : len(toks)] = torch.tensor(toks, dtype=torch.int64)
-    return out
 
 
 def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0, num_batches: int | None = None,
@@ -119,9 +111,7 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 _, pres = timed("plain_calls", generate_call, engine, case, call, speculative=False, logprobs=lp)
                 plain.append(_padded(pres, case.length))
                 if lp:
-                    logprob_results = timed("checks", logprob_checks, case, caps, spec[0], plain[0],
-                                            padded_logprobs(res, case.length), padded_logprobs(pres, case.length),
-                                            false_fail_rate)
+                    logprob_results = timed("checks", results_logprob_checks, case, caps, res, pres, false_fail_rate)
                 b += 1
                 result.num_batches = b
                 result.num_sequences = b * case.batch_size

@@ -14,8 +14,8 @@ from specexact.audit.cases.e2e.logprob_checks import (
     exact_logprobs,
     logprob_checks,
     padded_logprobs,
+    padded_tokens as _padded,
 )
-from specexact.audit.cases.e2e.sampling import _padded
 from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.decoders.engines.protocol import GenerationRequest, GenerationResult, check_generation_results
 from specexact.decoders.params import SamplingParams

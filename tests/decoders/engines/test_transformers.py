@@ -104,17 +104,14 @@ def test_reported_logprobs_are_the_exact_processed_law(engines, method):
     long case: 48 tokens, γ = 4, penalties, truncation, EOS and min_tokens)."""
     from specexact.audit.cases.e2e.catalog import long_case
     from specexact.audit.cases.e2e.engine_call import generate_call
-    from specexact.audit.cases.e2e.logprob_checks import logprob_checks, padded_logprobs
-    from specexact.audit.cases.e2e.sampling import _padded
+    from specexact.audit.cases.e2e.logprob_checks import results_logprob_checks
 
     engine = engines[method]
     case = long_case(engine, method, requests_per_class=2)
     assert case.check_logprobs
     _, spec = generate_call(engine, case, 1, speculative=True, logprobs=True)
     _, plain = generate_call(engine, case, 1, speculative=False, logprobs=True)
-    L = case.length
-    checks = logprob_checks(case, engine.capabilities(), _padded(spec, L), _padded(plain, L),
-                            padded_logprobs(spec, L), padded_logprobs(plain, L), 1e-3)
+    checks = results_logprob_checks(case, engine.capabilities(), spec, plain, 1e-3)
     assert all(c.passed and c.n > 50 for c in checks), [(c.name, c.statistic, c.worst) for c in checks]
 
 
