@@ -23,6 +23,7 @@ fuzz settings (:class:`~specexact.fuzz.settings.FuzzSettings`) in two phases:
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 import unittest
@@ -33,6 +34,9 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings as hypothesis_settings
 
 from specexact.fuzz.rules import RuleBroken
+
+if sys.version_info < (3, 11):  # the builtin arrived in 3.11; Hypothesis depends on the backport before it
+    from exceptiongroup import BaseExceptionGroup
 
 __all__ = ["FamilyRun", "run_family", "family_seed", "finding_key", "MAX_SHRUNK_KEYS"]
 
