@@ -125,13 +125,14 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                     checks_s = timed("checks", _checks_seconds, case, caps, spec[0], plain[0], first_round[0],
                                      false_fail_rate, min_expected, result.seed)
                     now = time.perf_counter()
-                # stop before the next two calls, the reproducibility calls (one more pair) and
+                # stop before the next two calls, the reproducibility calls (one more pair, and the
+                # in-mix pair where the case checks it: at most a pair's time, half its requests) and
                 # the checks would pass the case's time (a pair at the slower of its last and mean time)
                 pair_s = max(now - t_pair, (now - t_calls) / b)
                 # a long case's checks grow with its outputs (one teacher-forced forward per output)
                 tail_checks_s = checks_s * (b + 1) if case.position_bands else checks_s
                 if enough_calls(b, num_batches, time_budget_s, now - start, min_batches, call_s=pair_s,
-                                tail_s=pair_s + tail_checks_s):
+                                tail_s=pair_s * (1 + bool(case.check_in_mix and reproducibility)) + tail_checks_s):
                     break
             where = "the reproducibility calls"
             if not reproducibility:

@@ -103,7 +103,8 @@ def test_the_builtin_engine_passes_the_long_case_with_every_band_reported(alpha)
     assert case["num_sequences"] == 2 * CASE.batch_size and case["config"]["position_bands"] == [list(b) for b in
                                                                                                  LONG_BANDS]
     checks = {c["name"]: c for c in case["checks"]}
-    assert sorted(checks) == sorted(["reproducible", "token_logprobs", "plain_token_logprobs", *BANDS])
+    assert sorted(checks) == sorted(["reproducible", "token_logprobs", "plain_token_logprobs", *BANDS,
+                                     "reproducible_in_mix", "independent_requests"])
     assert len(case["checks"]) == CHECKS
     n = 2 * CASE.batch_size
     for band, (a, b) in zip(BANDS, [*LONG_BANDS, *LONG_BANDS]):
