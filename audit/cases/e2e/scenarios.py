@@ -185,8 +185,8 @@ class ScenarioCase(E2ECase):
 
     def requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
         """The requests of call ``call``: as :meth:`E2ECase.requests`, every seed shifted by
-        the scenario's seed."""
-        return [replace(r, seed=r.seed + int(self.scenario.seed))
+        the scenario's seed (an unseeded request stays unseeded)."""
+        return [r if r.seed is None else replace(r, seed=r.seed + int(self.scenario.seed))
                 for r in super().requests(eos_token_id, call, logprobs)]
 
     def to_dict(self) -> dict:
