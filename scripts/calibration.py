@@ -24,12 +24,21 @@ Groups (time shares in parentheses):
 - ``calibration-v5`` (0.5): twelve row classes over V=5 (``selfcheck.calibration_case``);
 - ``quick`` (0.3): the default exact cases with quarter batches (``cases.quick_cases``);
 - ``two-sample`` (0.2): the V=4096 case with 128 rows per call (first-token law,
-  sequences vs naive sampling, first acceptance, independence).
+  sequences vs naive sampling, first acceptance, independence);
+- ``e2e-scenarios`` (only when named with ``--group``): the built-in engine's generated
+  scenario cases of audit seed 0 (``audit/cases/e2e/scenarios.py``: per-band PIT checks on the
+  speculative and plain paths, ``reproducible``), run by the correct built-in engine on
+  ``--num-batches`` calls per seed (each seed shifts every request's seed). Besides the ratio
+  table it prints, per check type, a Kolmogorov-Smirnov test of the band checks' p-values
+  against Uniform(0, 1) (``scipy.stats.kstest``; checks with power only) and the rejections at
+  the audit's per-check level ``--audit-level`` with their Clopper-Pearson 95 % interval
+  (``scipy.stats.binomtest``).
 
 Usage::
 
     python scripts/calibration.py --budget-s 300 --json reports/calibration.json
     python scripts/calibration.py --budget-s 600 --group two-sample   # one group only
+    python scripts/calibration.py --budget-s 1200 --group e2e-scenarios  # the engine's scenarios
 """
 
 from __future__ import annotations
@@ -45,8 +54,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy import stats
 
 from specexact.audit import default_cases, quick_cases, resolve_sampler
+from specexact.audit.cases.e2e.scenarios import scenario_cases
+from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.audit.run.stages import environment
 from specexact.audit.checks.combined import COMBINED_SHARE, EXACT_RULES, combination_pvalue
 from specexact.exactness import calibration_ratio_check, cauchy_combination
@@ -59,7 +71,13 @@ from specexact.audit.zoo.selfcheck import (
 
 # Exact checks (the per-event rules) never reject a correct sampler: only an excess counts.
 ONE_SIDED = ("independent_rows", "independent_calls", "first_acceptance", "acceptance_exact", "recovered_support",
-             "eos_cut")
+             "eos_cut", "reproducible", "reproducible_in_mix", "independent_requests")
+
+E2E_GROUP = "e2e-scenarios"
+AUDIT_LEVEL = 0.5e-6 / 99
+"""The per-check false-fail rate of the default audit of the built-in engine (seed 0: the
+Bonferroni half of 1e-6 over its 99 checks, ``docs/engines/end-to-end.md``), at which the
+scenario cases' checks run there."""
 
 
 def groups():
@@ -69,6 +87,48 @@ def groups():
         ("quick", quick_cases(), 0.3),
         ("two-sample", two_sample, 0.2),
     ]
+
+
+GROUP_NAMES = [name for name, _, _ in groups()] + [E2E_GROUP]
+
+
+def e2e_group():
+    """``(cases, engine)`` of the ``e2e-scenarios`` group: the built-in engine's scenario
+    cases of audit seed 0, and the correct engine that runs them."""
+    engine = BuiltinEngine()
+    return scenario_cases(engine, "draft_model", seed=0), engine
+
+
+def uniformity_rows(records, audit_level):
+    """Per check type (checks with power only): the Kolmogorov-Smirnov test of the p-values
+    against Uniform(0, 1) and the rejections at ``audit_level`` with their Clopper-Pearson
+    95 % interval."""
+    out = []
+    by_type = defaultdict(list)
+    for rec in records:
+        if rec.has_power and rec.type not in ONE_SIDED:  # exact checks' p-values are 1 or 0 by design
+            by_type[rec.type].append(rec.pvalue)
+    for kind, pvalues in sorted(by_type.items()):
+        pvalues = np.asarray(pvalues, dtype=np.float64)
+        ks = stats.kstest(pvalues, "uniform")
+        k = int(np.count_nonzero(pvalues <= audit_level))
+        ci = stats.binomtest(k, pvalues.size, audit_level).proportion_ci(confidence_level=0.95, method="exact")
+        out.append({"check_type": kind, "trials": int(pvalues.size), "ks_statistic": float(ks.statistic),
+                    "ks_pvalue": float(ks.pvalue), "audit_level": audit_level, "rejections_at_audit_level": k,
+                    "rejection_rate_ci95": [float(ci.low), float(ci.high)],
+                    "min_pvalue": float(pvalues.min())})
+    return out
+
+
+def uniformity_markdown(entries):
+    lines = ["| check type | trials (with power) | KS statistic | KS p-value | smallest p | rejections at the "
+             "audit's level | 95 % CI of the rate |", "|---|---|---|---|---|---|---|"]
+    for e in entries:
+        lo, hi = e["rejection_rate_ci95"]
+        lines.append(f"| {e['check_type']} | {e['trials']} | {e['ks_statistic']:.4f} | {e['ks_pvalue']:.3g} | "
+                     f"{e['min_pvalue']:.3g} | {e['rejections_at_audit_level']} (level {e['audit_level']:.3g}) | "
+                     f"[{lo:.3g}, {hi:.3g}] |")
+    return "\n".join(lines)
 
 
 def rows_with_verdicts(records, levels, rate, tolerance):
@@ -157,25 +217,33 @@ def main(argv=None) -> int:
     parser.add_argument("--sampler", default="builtin", help="a correct verifier (name or MODULE:CALLABLE)")
     parser.add_argument("--num-batches", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=5, help="seeds per scheduling step")
-    parser.add_argument("--group", action="append", choices=[name for name, _, _ in groups()], default=None,
-                        help="calibrate only this group (repeatable; default all three, time shared by their weights)")
+    parser.add_argument("--group", action="append", choices=GROUP_NAMES, default=None,
+                        help="calibrate only this group (repeatable; default the first three, time shared by their "
+                             f"weights; {E2E_GROUP} only when named)")
+    parser.add_argument("--audit-level", type=float, default=AUDIT_LEVEL,
+                        help=f"the audit's per-check level for the {E2E_GROUP} group's rejection count")
     parser.add_argument("--json", type=Path, default=None, help="output JSON (default reports/calibration-<time>.json)")
     args = parser.parse_args(argv)
     levels = [float(x) for x in args.levels.split(",")]
     torch.set_num_threads(1)
     verifier, target = resolve_sampler(args.sampler)
     started = dt.datetime.now(dt.timezone.utc)
-    plan = [g for g in groups() if args.group is None or g[0] in args.group]
-    total_weight = sum(w for _, _, w in plan)
+    plan = [(*g, verifier) for g in groups() if args.group is None or g[0] in args.group]
+    if args.group is not None and E2E_GROUP in args.group:
+        e2e_cases_, engine = e2e_group()
+        plan.append((E2E_GROUP, e2e_cases_, 1.0, engine))
+    total_weight = sum(w for _, _, w, _ in plan)
     results = {}
     t0 = time.perf_counter()
     with cached_exact_laws():
-        for name, cases, weight in plan:
+        for name, cases, weight, runner in plan:
             share = args.budget_s * weight / total_weight
             start, seed, records = time.perf_counter(), 0, []
             while time.perf_counter() - start < share:
-                records += null_pvalues(cases, verifier, seeds=range(seed, seed + args.chunk),
-                                        num_batches=args.num_batches)
+                # the scenario cases' checks at the audit's per-check rate (their cells follow it)
+                extra = {"false_fail_rate": args.audit_level} if name == E2E_GROUP else {}
+                records += null_pvalues(cases, runner, seeds=range(seed, seed + args.chunk),
+                                        num_batches=args.num_batches, **extra)
                 seed += args.chunk
             results[name] = dict(records=records, seeds=seed, wall_s=time.perf_counter() - start,
                                  cases=[c.name for c in cases])
@@ -217,6 +285,8 @@ def main(argv=None) -> int:
         "combined": combined,
         "checks": checks,
     }
+    if E2E_GROUP in results:
+        report["uniformity"] = uniformity_rows(results[E2E_GROUP]["records"], args.audit_level)
     path = args.json or Path("reports") / f"calibration-{started.strftime('%Y%m%dT%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, allow_nan=False, default=float))
@@ -227,6 +297,9 @@ def main(argv=None) -> int:
     for name, entries in by_group.items():
         print(f"\n## {name}: {results[name]['seeds']} seeds, cases {', '.join(results[name]['cases'])}\n")
         print(markdown(entries))
+    if "uniformity" in report:
+        print(f"\n## {E2E_GROUP}: p-values against Uniform(0, 1), rejections at the audit's per-check level\n")
+        print(uniformity_markdown(report["uniformity"]))
     print(f"\nwrote {path}")
     failed = any(e["verdict"] == "FAIL" for e in [*overall, *combined])
     return 1 if failed else 0

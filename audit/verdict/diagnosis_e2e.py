@@ -19,7 +19,8 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
   processing, EOS / length, batching);
 - ``accepted_length[class c]`` (the first round's accepted count against its exact law):
   drafting, target forward, the acceptance rule, batching and the class's processing;
-- ``reproducible``: seeds; ``defect`` (crash, hang, protocol break): the protocol;
+- ``reproducible``, ``reproducible_in_mix`` and ``independent_requests``
+  (:mod:`~specexact.audit.cases.e2e.seed_checks`): seeds; ``defect`' (crash, hang, protocol break): the protocol;
   ``token_logprobs`` / ``plain_token_logprobs`` (the reported logprobs against the exact
   law): the reported logprobs;
 - a long case's ``token_law[positions a-b]`` / ``plain_token_law[...]`` (every emitted token
@@ -29,8 +30,10 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
 A part reads ``"pass"`` when its checks ran and passed, ``"not_tested"`` when none covered
 it. Failures are located, where the checks allow (**heuristics**, ``heuristic`` true):
 
-- ``defect`` fails the protocol, ``reproducible`` the seeds and a logprob check the reported
-  logprobs (direct);
+- ``defect`` fails the protocol, ``reproducible``, ``reproducible_in_mix`` and
+  ``independent_requests`` the seeds and a logprob check the reported logprobs (direct); a
+  failing ``independent_requests`` also explains its case's failing law checks (dependent
+  draws pooled as independent ones), which then name no suspects;
 - *by class*: when the failing classes share a feature that a passing class lacks (an
   operation of their processing, ``min_tokens``, EOS), the fault follows that
   feature: per-prefix processing (or EOS / length for EOS), the other parts their checks
@@ -63,7 +66,7 @@ E2E_PARTS = (
     ("recovered_token", "recovered token"),
     ("bonus_token", "bonus token"),
     ("eos_cut", "EOS / length bookkeeping"),
-    ("seeds", "seeds (same seed, same output)"),
+    ("seeds", "seeds (same seed, same output; unseeded requests independent)"),
     ("batching", "batching (all classes in one call)"),
     ("logprobs", "reported logprobs"),
     ("protocol", "protocol (crash, hang, output)"),
@@ -71,12 +74,12 @@ E2E_PARTS = (
 )
 """The parts of an end-to-end diagnosis, in report order: ``(key, label)``."""
 
-_DIRECT = {"defect": "protocol", "reproducible": "seeds", "token_logprobs": "logprobs",
-           "plain_token_logprobs": "logprobs"}
+_DIRECT = {"defect": "protocol", "reproducible": "seeds", "reproducible_in_mix": "seeds",
+           "independent_requests": "seeds", "token_logprobs": "logprobs", "plain_token_logprobs": "logprobs"}
 """Check types that name their part directly (no heuristic)."""
 
 E2E_CHECK_TYPES = ("sequence_law", "sequences_vs_plain", "plain_sequence_law", "accepted_length", "reproducible",
-                   "defect", "token_logprobs", "plain_token_logprobs", *BAND_CHECK_TYPES)
+                   "reproducible_in_mix", "independent_requests", "defect", "token_logprobs", "plain_token_logprobs", *BAND_CHECK_TYPES)
 """The check types of an end-to-end case (:mod:`specexact.audit.cases.e2e.checks`)."""
 
 _SPECULATIVE = ("drafting", "target_forward", "acceptance_rule", "recovered_token", "bonus_token", "eos_cut",
@@ -243,6 +246,16 @@ def diagnose_e2e(report: dict) -> dict:
     for c in checks:
         by_case[c["case"]].append(c)
     for case, cs in by_case.items():
+        if any(check_type(c) == "independent_requests" and not c["passed"] for c in cs):
+            # the case's draws are not independent: its law checks, which pool them as
+            # independent draws, fail for that reason; they locate nothing else
+            for c in cs:
+                if not c["passed"] and check_type(c) not in _DIRECT:
+                    for p in cov[id(c)] - {"seeds"}:
+                        explained.setdefault(p, "seeds")
+            notes.append(f"{case}: unseeded requests of one call are not independent (independent_requests "
+                         "fails): the law checks that pool them fail with it and locate nothing else")
+            continue
         classes = info.get(case, {})
         table = defaultdict(dict)
         for c in cs:

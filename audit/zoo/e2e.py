@@ -27,6 +27,11 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
   round, not per accepted token: the drafts of a verify window are not counted for the
   prefixes after them, SGLang PR #33643) and :class:`FourthWindowPositionMisread` (the
   fourth position of a verify window reads the third's logits: only γ ≥ 3 shows it);
+- the seed faults (:mod:`~specexact.audit.cases.e2e.seed_checks`):
+  :class:`SharedUnseededStream` (every unseeded request of a call draws the engine's stream
+  from the same state: identical requests give identical outputs, TensorRT-LLM #19487) and
+  :class:`SeedStreamByPlace` (a seeded group's stream seeded from its requests' places in the
+  call as well as their seeds: the same call reproduces, another mix does not);
 - :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
   raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
   ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
@@ -48,13 +53,13 @@ import torch
 from specexact.audit.zoo import bonus_from_last_draft_position
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
-from specexact.decoders.engines.builtin import BuiltinEngine
+from specexact.decoders.engines.builtin import BuiltinEngine, group_seed
 from specexact.decoders.law_table import shared_laws
 from specexact.decoders.params import SamplingParams, batch_params
 
 __all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
            "LogprobsOfDraftLaw", "TemperatureLostFromPosition16", "UnmaskedLeftPadding", "PenaltiesOncePerRound",
-           "FourthWindowPositionMisread", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
+           "FourthWindowPositionMisread", "SharedUnseededStream", "SeedStreamByPlace", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
 
 
 class _Shifted:
@@ -248,6 +253,49 @@ class FourthWindowPositionMisread(BuiltinEngine):
         return _FourthPositionMisread(target)
 
 
+class SharedUnseededStream(BuiltinEngine):
+    """Every unseeded request of a call starts from the same state of the engine's stream
+    (one engine-wide seed per call, as TensorRT-LLM #19487's unseeded requests shared one
+    stream): unseeded requests with the same prompt, parameters and limits get the same
+    output; calls differ from each other. Seeded requests are right."""
+
+    name = "zoo-e2e:shared_unseeded_stream"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._calls = itertools.count(1)
+
+    def generate(self, requests, *, speculative):
+        call_seed = 0xC0FFEE00 + next(self._calls)
+        results = [None] * len(requests)
+        seeded = [i for i, r in enumerate(requests) if r.seed is not None]
+        if seeded:
+            for i, res in zip(seeded, super().generate([requests[i] for i in seeded], speculative=speculative)):
+                results[i] = res
+        shared: dict = {}  # an unseeded request's shape -> the one draw all of that shape get
+        for i, r in enumerate(requests):
+            if r.seed is None:
+                key = (r.prompt_token_ids, r.params, r.max_tokens, r.min_tokens, r.eos_token_id, r.logprobs)
+                if key not in shared:
+                    shared[key] = super().generate([replace(r, seed=call_seed)], speculative=speculative)[0]
+                results[i] = shared[key]
+        return results
+
+
+class SeedStreamByPlace(BuiltinEngine):
+    """A seeded group's generator is seeded from its requests' seeds *and their places in the
+    call* (rows in call order): the same call again reproduces, the same seeded requests in
+    another order or among other requests do not (the engine promises they do)."""
+
+    name = "zoo-e2e:seed_stream_by_place"
+
+    def seeded_rows(self, requests, idx):
+        return list(idx)
+
+    def group_generator(self, requests, idx):
+        return torch.Generator().manual_seed(group_seed([int(requests[i].seed) for i in idx] + list(idx)))
+
+
 class CrashesOnTopK(BuiltinEngine):
     """Speculative calls with a top-k request raise; every call raises after a crash until
     :meth:`load` runs again (a broken engine state)."""
@@ -278,6 +326,8 @@ E2E_WRONG = {
     "bonus_from_wrong_position": BonusFromWrongPosition,
     "crashes_on_top_k": CrashesOnTopK,
     "logprobs_of_draft_law": LogprobsOfDraftLaw,
+    "shared_unseeded_stream": SharedUnseededStream,
+    "seed_stream_by_place": SeedStreamByPlace,
 }
 """The planted end-to-end faults by name (each caught by the enumerable case)."""
 

@@ -10,7 +10,8 @@ generated token ids. The audit compares those outputs with the laws that specexa
 from the same model files (:mod:`specexact.decoders.tiny_models`).
 
 - :mod:`.protocol`: :class:`GenerationRequest`, :class:`GenerationResult`,
-  :class:`EngineCapabilities`, the :class:`EndToEndEngine` protocol.
+  :class:`EngineCapabilities`, the :class:`EndToEndEngine` protocol;
+- :mod:`.seeds`: :class:`SeedPromise`, what an engine promises about seeds.
 """
 
 from .protocol import (
@@ -22,6 +23,7 @@ from .protocol import (
     check_generation_results,
     is_engine,
 )
+from .seeds import SeedPromise
 
 __all__ = [
     "EndToEndEngine",
@@ -29,6 +31,7 @@ __all__ = [
     "GenerationRequest",
     "GenerationResult",
     "SPECULATIVE_METHODS",
+    "SeedPromise",
     "check_generation_results",
     "is_engine",
 ]

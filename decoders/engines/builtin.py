@@ -6,11 +6,17 @@ and runs :func:`~specexact.decoders.speculative_generate` (``speculative=True``)
 an end-to-end audit of a real engine is read against, and the correct engine that the planted
 end-to-end faults of :mod:`specexact.audit.zoo.e2e` wrap.
 
-Requests of one call are grouped by prompt length, ``max_tokens``, ``min_tokens`` and EOS
-(one decoder call per group, rows in request order); each group draws from one
-``torch.Generator`` seeded from its requests' seeds, so the same requests with the same seeds
-give the same outputs (``per_request_seed=False``: a request's output depends on the call it
-is in). ``min_tokens`` is applied by setting EOS's raw logit to ``-inf`` on both models until
+Requests of one call are grouped by prompt length, ``max_tokens``, ``min_tokens``, EOS and
+whether they are seeded (one decoder call per group). A group of seeded requests runs its rows
+in the order of their seeds and draws from one ``torch.Generator`` seeded from those seeds, so
+the same requests with the same seeds give the same outputs, in any order and whatever
+unseeded requests or requests of other shapes share the call (``per_request_seed=False``: a
+seeded request's output depends on the other seeded requests of its shape in the call).
+Unseeded requests (``seed=None``) draw from the engine's own stream, one ``torch.Generator``
+seeded from the engine's ``seed`` at :meth:`~BuiltinEngine.load` and advanced by every call:
+the rows of a group are drawn together (independent draws), and each call draws afresh.
+Hence its :class:`~specexact.decoders.engines.seeds.SeedPromise`: ``other_mix`` (the same
+seeded requests in another order, without the unseeded ones) and ``unseeded_independent``. ``min_tokens`` is applied by setting EOS's raw logit to ``-inf`` on both models until
 that many tokens were generated (before any processing, as vLLM and Hugging Face do).
 
 Logprobs (``logprobs="processed"``): on the speculative path, the log of each emitted token's
@@ -29,6 +35,7 @@ from typing import Sequence
 import torch
 
 from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .seeds import SeedPromise
 
 __all__ = ["BuiltinEngine", "MinTokensModel", "group_seed"]
 
@@ -68,17 +75,29 @@ class BuiltinEngine:
     ----------
     dtype : torch.dtype, default float64
         The models' forward precision.
+    seed : int, default 0
+        The engine's seed: its stream for unseeded requests starts from it at every
+        :meth:`load` (as ``vllm.LLM(seed=...)`` seeds vLLM's global generator).
+
+    Raises
+    ------
+    ValueError
+        ``seed`` not an integer >= 0.
 
     Notes
     -----
     The hooks :meth:`speculative_target`, :meth:`speculative_params`, :meth:`group_target`,
-    :meth:`generator` and :attr:`verifier` are what the planted faults of :mod:`specexact.audit.zoo.e2e` override.
+    :meth:`generator`, :meth:`group_generator`, :meth:`unseeded_generator` and :attr:`verifier`
+    are what the planted faults of :mod:`specexact.audit.zoo.e2e` override.
     """
 
     name = "builtin"
 
-    def __init__(self, dtype: torch.dtype = torch.float64) -> None:
-        self.dtype = dtype
+    def __init__(self, dtype: torch.dtype = torch.float64, seed: int = 0) -> None:
+        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        self.dtype, self.seed = dtype, int(seed)
+        self._stream = torch.Generator().manual_seed(self.seed)
         self.target = self.draft = None
         self.method: str | None = None
         self.num_speculative_tokens = 0
@@ -97,7 +116,11 @@ class BuiltinEngine:
                                   per_request_seed=False, reports_acceptance=True, version="specexact",
                                   notes="one generator per group of requests, seeded from their seeds",
                                   acceptance_scheme="tokenwise", draft_sampling="request",
-                                  first_round_after_token=False, logprobs="processed")
+                                  first_round_after_token=False, logprobs="processed",
+                                  seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+                                                    source="specexact's BuiltinEngine (module docstring): a "
+                                                           "seeded group's rows in seed order, one generator per "
+                                                           "group; unseeded rows from the engine's stream"))
 
     def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
         """Load the target and the draft (``draft_dir`` is required: both methods draft with a model).
@@ -119,6 +142,7 @@ class BuiltinEngine:
         self.target = load_model(target_dir, dtype=self.dtype)
         self.draft = load_model(draft_dir, dtype=self.dtype)
         self.method, self.num_speculative_tokens = method, int(num_speculative_tokens)
+        self._stream = torch.Generator().manual_seed(self.seed)
 
     def close(self) -> None:
         self.target = self.draft = None
@@ -141,8 +165,21 @@ class BuiltinEngine:
         return target
 
     def generator(self, seeds: Sequence[int]) -> torch.Generator:
-        """The generator of a group of requests."""
+        """The generator of a group of seeded requests whose seeds are ``seeds`` (in row order)."""
         return torch.Generator().manual_seed(group_seed(seeds))
+
+    def seeded_rows(self, requests: Sequence[GenerationRequest], idx: Sequence[int]) -> list[int]:
+        """The order of a seeded group's rows (indices into ``requests``): by seed, then by place."""
+        return sorted(idx, key=lambda i: (int(requests[i].seed), i))
+
+    def group_generator(self, requests: Sequence[GenerationRequest], idx: Sequence[int]) -> torch.Generator:
+        """The generator of a seeded group whose rows are ``requests[i] for i in idx`` (in
+        :meth:`seeded_rows` order): :meth:`generator` of their seeds."""
+        return self.generator([int(requests[i].seed) for i in idx])
+
+    def unseeded_generator(self) -> torch.Generator:
+        """The generator of a group of unseeded requests: the engine's stream (class docstring)."""
+        return self._stream
 
     def round_logprobs(self, record) -> torch.Tensor:
         """``[A, γ+1]`` float64: the logprob the engine reports for each token of a speculative
@@ -186,9 +223,15 @@ class BuiltinEngine:
             raise RuntimeError("BuiltinEngine.generate called before load")
         groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):
-            groups.setdefault((len(r.prompt_token_ids), r.max_tokens, r.min_tokens, r.eos_token_id), []).append(i)
+            groups.setdefault((len(r.prompt_token_ids), r.max_tokens, r.min_tokens, r.eos_token_id, r.seed is None),
+                              []).append(i)
         results: list[GenerationResult | None] = [None] * len(requests)
-        for (T0, max_tokens, min_tokens, eos), idx in groups.items():
+        for (T0, max_tokens, min_tokens, eos, unseeded), idx in groups.items():
+            if unseeded:
+                gen = self.unseeded_generator()
+            else:
+                idx = self.seeded_rows(requests, idx)
+                gen = self.group_generator(requests, idx)
             reqs = [requests[i] for i in idx]
             prompts = torch.tensor([r.prompt_token_ids for r in reqs], dtype=torch.int64)
             target = self.group_target(self.target, prompt_len=T0, requests=requests, speculative=speculative)
@@ -196,7 +239,6 @@ class BuiltinEngine:
             if min_tokens and eos is not None:
                 target = MinTokensModel(target, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
                 draft = MinTokensModel(draft, prompt_len=T0, min_tokens=min_tokens, eos_token_id=eos)
-            gen = self.generator([r.seed for r in reqs])
             logprobs: list[list[float]] = [[] for _ in reqs]
 
             def observe(record, logprobs=logprobs):

@@ -16,7 +16,12 @@ pass over the generator (tested: mlx-lm 0.32.2 with ``mlx[cpu]`` 0.32.4):
   the same sampler and processors.
 
 ``mx.random.seed(request.seed)`` seeds MLX's global RNG before each request
-(``per_request_seed=False``; batch size 1). EOS: the generator does not stop by itself; the
+(``per_request_seed=False``; batch size 1). Seeds
+(:class:`~specexact.decoders.engines.seeds.SeedPromise`): mlx-lm's samplers draw from MLX's
+global key (``mx.random.categorical`` without a key) and promise nothing per request; the
+adapter's seeding before each request makes a seeded request's output depend on its seed alone
+(``other_mix``), and an unseeded request (``seed=None``) is not seeded: the global key goes
+on, consecutive independent draws (``unseeded_independent``). EOS: the generator does not stop by itself; the
 adapter stops reading at the first EOS token as ``mlx_lm.generate.stream_generate`` does (it
 finishes reading the first round first, so that round's acceptance is known), and returns the
 tokens up to and including it. There is no ``min_tokens`` in mlx-lm (``min_tokens=False``).
@@ -52,6 +57,7 @@ from typing import Sequence
 from specexact.decoders.processing import LogitsProcessing
 
 from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .seeds import SeedPromise
 
 __all__ = ["MLX_CONTEXT_SIZE", "MLX_PROCESSING", "MlxEngine", "sampler_kwargs", "processor_kwargs"]
 
@@ -126,6 +132,9 @@ class MlxEngine:
                   "request; the adapter stops at the first EOS as stream_generate does; acceptance from the "
                   "yielded from_draft flags",
             acceptance_scheme="sample_compare",
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+                              source="the adapter: one request at a time, mx.random.seed(seed) before each seeded "
+                                     "one; unseeded ones continue MLX's global key"),
             draft_sampling="request",
             first_round_after_token=False,
         )
@@ -178,7 +187,8 @@ class MlxEngine:
         sampler = make_sampler(**sampler_kwargs(request))
         processors = make_logits_processors(**processor_kwargs(request))
         prompt = mx.array(list(request.prompt_token_ids), dtype=mx.uint32)
-        mx.random.seed(int(request.seed))
+        if request.seed is not None:  # unseeded: MLX's global RNG goes on from where it is
+            mx.random.seed(int(request.seed))
         if speculative:
             steps = speculative_generate_step(prompt, self._target, self._draft, num_draft_tokens=self._gamma,
                                               max_tokens=request.max_tokens, sampler=sampler,

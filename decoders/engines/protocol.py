@@ -12,8 +12,11 @@ Layouts
 - ``max_tokens`` is the number of new tokens requested; an engine returns at most that
   many, fewer only when it emitted ``eos_token_id`` (which it includes as the last token);
 - ``min_tokens``: EOS is masked (probability 0) until that many tokens were generated;
-- ``seed``: one per request; the same request with the same seed must give the same output
-  (a seeded engine that does not is a defect, found by the reproducibility check);
+- ``seed``: one per request, or ``None`` (an unseeded request: the engine's own randomness);
+  the same call again with the same seeds must give the seeded requests the same outputs (a
+  seeded engine that does not is a defect, found by the reproducibility check); what else an
+  engine promises (another mix of requests, independent unseeded requests) it declares in
+  :attr:`EngineCapabilities.seeds` (:class:`~specexact.decoders.engines.seeds.SeedPromise`);
 - ``logprobs``: asked per request; an engine that declares them
   (:attr:`EngineCapabilities.logprobs`) returns the natural log of each emitted token's
   probability, one per token, under the law it declares (the processed law the token was
@@ -29,11 +32,14 @@ from typing import Protocol, Sequence, runtime_checkable
 from specexact.decoders.params import SamplingParams
 from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
+from .seeds import SeedPromise
+
 __all__ = [
     "SPECULATIVE_METHODS",
     "GenerationRequest",
     "GenerationResult",
     "EngineCapabilities",
+    "SeedPromise",
     "EndToEndEngine",
     "check_generation_results",
     "is_engine",
@@ -65,8 +71,9 @@ class GenerationRequest:
     eos_token_id : int or None, default None
         The EOS token that stops the request (included in the output), or ``None``: nothing
         stops it before ``max_tokens``.
-    seed : int, default 0
-        The request's seed (``>= 0``).
+    seed : int or None, default 0
+        The request's seed (``>= 0``), or ``None``: unseeded (the engine's own randomness;
+        only sent to an engine that declares ``SeedPromise.unseeded_independent``).
     logprobs : bool, default False
         Return the emitted tokens' logprobs (:attr:`GenerationResult.logprobs`); only asked
         of an engine that declares them (:attr:`EngineCapabilities.logprobs`).
@@ -83,7 +90,7 @@ class GenerationRequest:
     max_tokens: int = 4
     min_tokens: int = 0
     eos_token_id: int | None = None
-    seed: int = 0
+    seed: int | None = 0
     logprobs: bool = False
 
     def __post_init__(self) -> None:
@@ -99,7 +106,7 @@ class GenerationRequest:
             raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
         if self.eos_token_id is not None and int(self.eos_token_id) < 0:
             raise ValueError(f"eos_token_id must be >= 0 or None, got {self.eos_token_id!r}")
-        if int(self.seed) < 0:
+        if self.seed is not None and int(self.seed) < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
 
     def to_dict(self) -> dict:
@@ -194,6 +201,10 @@ class EngineCapabilities:
         which law: the processed law the token was drawn from (temperature, truncation,
         penalties and the ``min_tokens`` mask as :attr:`processing` declares them), or the
         raw model's (``log_softmax`` of the unprocessed logits); ``None``: not returned.
+    seeds : SeedPromise
+        What the engine promises about seeds beyond the same call again
+        (:class:`~specexact.decoders.engines.seeds.SeedPromise`: a seeded request in another
+        mix of requests, independent unseeded requests); default: nothing more.
     """
 
     methods: tuple[str, ...]
@@ -209,8 +220,11 @@ class EngineCapabilities:
     draft_sampling: str = "request"
     first_round_after_token: bool = False
     logprobs: str | None = None
+    seeds: SeedPromise = SeedPromise()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.seeds, SeedPromise):
+            raise TypeError(f"seeds must be a SeedPromise, got {type(self.seeds).__name__}")
         if self.logprobs not in (None, "processed", "raw"):
             raise ValueError(f"logprobs must be None, 'processed' or 'raw', got {self.logprobs!r}")
         if self.acceptance_scheme not in ("tokenwise", "sample_compare"):
@@ -232,6 +246,7 @@ class EngineCapabilities:
         d = asdict(self)
         d["methods"] = list(self.methods)
         d["processing"] = self.processing.to_dict()
+        d["seeds"] = self.seeds.to_dict()
         return d
 
 

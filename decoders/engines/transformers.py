@@ -25,7 +25,13 @@ config (``AssistedCandidateGenerator.__init__``), whatever its own ``do_sample``
 
 Batch size 1 ("assisted generate is only supported for batch_size = 1"): requests run one
 at a time, torch's global RNG seeded with ``torch.manual_seed(request.seed)`` before each
-(``per_request_seed=False``). Nothing the engine returns is changed: the new tokens are
+(``per_request_seed=False``). Seeds (:class:`~specexact.decoders.engines.seeds.SeedPromise`):
+transformers' ``generate`` draws from torch's global RNG (``torch.multinomial`` without a
+generator in ``GenerationMixin._sample`` / ``_assisted_decoding``) and promises nothing per
+request; the adapter's seeding before each request makes a seeded request's output depend on
+its seed alone (``other_mix``), and an unseeded request (``seed=None``) is not seeded: the
+global RNG goes on, so the unseeded requests of a call are consecutive independent draws
+(``unseeded_independent``). Nothing the engine returns is changed: the new tokens are
 ``sequences[0, T0:]``.
 
 Processing (checked against ``GenerationMixin._get_logits_processor`` of 5.24.0): repetition
@@ -62,6 +68,7 @@ import torch
 from specexact.decoders.adapters.transformers_logits import TRANSFORMERS_PROCESSING
 
 from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .seeds import SeedPromise
 
 __all__ = ["TRANSFORMERS_E2E_PROCESSING", "TransformersEngine", "generate_kwargs"]
 
@@ -172,6 +179,9 @@ class TransformersEngine:
             draft_sampling="request",
             first_round_after_token=False,
             logprobs="processed",
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+                              source="the adapter: one request at a time, torch.manual_seed(seed) before each seeded "
+                                     "one; unseeded ones continue torch's global RNG"),
         )
 
     def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
@@ -239,7 +249,8 @@ class TransformersEngine:
                     kw = dict(kw, output_scores=True, return_dict_in_generate=True)
                 recorder = _RoundRecorder()
                 prompt = torch.tensor([request.prompt_token_ids], dtype=torch.int64)
-                torch.manual_seed(int(request.seed))
+                if request.seed is not None:  # unseeded: the global RNG goes on from where it is
+                    torch.manual_seed(int(request.seed))
                 with torch.no_grad():
                     out = self._target.generate(prompt, attention_mask=torch.ones_like(prompt),
                                                 generation_config=GenerationConfig(**kw), streamer=recorder, **extra)

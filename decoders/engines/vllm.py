@@ -46,6 +46,17 @@ read in the installed source:
 - ``first_round_after_token=True``: the prefill step samples one token with the plain
   sampler and the drafter proposes after it (``propose_draft_token_ids`` with the step's
   sampled tokens);
+- seeds (:class:`~specexact.decoders.engines.seeds.SeedPromise`): ``SamplingParams.seed``
+  is "Random seed to use for the generation" (``vllm/sampling_params.py``); a seeded request
+  is of ``SamplingType.RANDOM_SEED`` and samples from its own ``torch.Generator``, so its
+  output must not depend on the other requests of the call nor their order (``other_mix``;
+  the warning that random sampling "without an explicit seed may not be batch invariant"
+  concerns unseeded requests); an unseeded request (``seed=None``, ``SamplingType.RANDOM``)
+  draws from the global generator, seeded once by ``LLM(seed=...)``, each request its own
+  draws (``unseeded_independent``). The probabilistic drafts of ``draft_model`` use the global
+  RNG whatever the seed ("TODO(woosuk): Consider seeds" in
+  ``compute_probs_and_sample_next_token``): a speculative seeded request then breaks the
+  promise, which the audit reports (``reproducible``, ``reproducible_in_mix``);
 - acceptance counts per request: vLLM's ``RequestSpecDecodeMetrics`` on every completion
   (``per_request_spec_decode_metrics="detailed"``: per verify step, drafts proposed and
   accepted; the accepted count is the rejection sampler's, before EOS / ``max_tokens``
@@ -64,6 +75,7 @@ from specexact.decoders.adapters.vllm_logits import VLLM_PROCESSING
 from specexact.decoders.processing import LogitsProcessing
 
 from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .seeds import SeedPromise
 from .vllm_requests import generation_results, sampling_params
 
 __all__ = ["VLLM_E2E_PROCESSING", "METHODS", "TESTED_VERSIONS", "VllmEngine", "speculative_config"]
@@ -232,6 +244,9 @@ class VllmEngine:
             methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",
             draft_sampling=draft_sampling, first_round_after_token=True, logprobs="raw",
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+                              source="vllm/sampling_params.py (seed: per-request generator, SamplingType.RANDOM_SEED;"
+                                     " seed=None: the global generator, LLM(seed=...))"),
             notes=("vllm.LLM(skip_tokenizer_init, float32, enforce_eager, in-process engine core); requests: "
                    "ignore_eos=True with stop_token_ids=[eos]; min_p refused under speculative decoding (vLLM "
                    "drops it); min_tokens refused unless eos_token_id is the model's generation-config EOS (vLLM "

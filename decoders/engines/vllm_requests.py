@@ -13,7 +13,7 @@ specexact                 vLLM ``SamplingParams``
 penalties                 same names (vLLM: presence / frequency in ``[-2, 2]``)
 ``max_tokens``            ``max_tokens``
 ``min_tokens``            ``min_tokens``
-``seed``                  ``seed`` (vLLM's per-request generator)
+``seed``                  ``seed`` (vLLM's per-request generator; ``None``: unseeded, the global one)
 ``eos_token_id``          ``stop_token_ids=[eos]`` (or ``[]``), always with
                           ``ignore_eos=True``
 ========================  ==========================================================
@@ -118,7 +118,7 @@ def sampling_params(sampling_params_class: Any, request: GenerationRequest, *, s
         temperature=float(p.temperature), top_k=int(p.top_k), top_p=float(p.top_p), min_p=float(p.min_p),
         repetition_penalty=float(p.repetition_penalty), presence_penalty=float(p.presence_penalty),
         frequency_penalty=float(p.frequency_penalty), max_tokens=int(request.max_tokens),
-        min_tokens=int(request.min_tokens), seed=int(request.seed),
+        min_tokens=int(request.min_tokens), seed=None if request.seed is None else int(request.seed),
         stop_token_ids=[] if request.eos_token_id is None else [int(request.eos_token_id)],
         ignore_eos=True, detokenize=False, logprobs=0 if request.logprobs else None)
 

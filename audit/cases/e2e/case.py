@@ -19,7 +19,7 @@ from specexact.decoders.engines.protocol import SPECULATIVE_METHODS, GenerationR
 from specexact.decoders.params import SamplingParams
 from specexact.decoders.tiny_models import catalog_pair
 
-__all__ = ["E2ERowClass", "E2ECase", "model_dirs"]
+__all__ = ["E2ERowClass", "E2ECase", "model_dirs", "seed_checks_of"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class E2ERowClass:
         lim = f"max_tokens={self.max_tokens}" + (f" min_tokens={self.min_tokens}" if self.min_tokens else "")
         return f"prompt {list(self.prompt)}; {self.params.describe() or 'plain'}; {lim}; eos {'on' if self.eos else 'off'}"
 
-    def request(self, eos_token_id: int, seed: int, logprobs: bool = False) -> GenerationRequest:
+    def request(self, eos_token_id: int, seed: int | None, logprobs: bool = False) -> GenerationRequest:
         return GenerationRequest(prompt_token_ids=self.prompt, params=self.params, max_tokens=self.max_tokens,
                                  min_tokens=self.min_tokens, eos_token_id=eos_token_id if self.eos else None,
                                  seed=seed, logprobs=logprobs)
@@ -84,6 +84,16 @@ class E2ECase:
         logprobs and the two logprob checks run on them
         (:mod:`~specexact.audit.cases.e2e.logprob_checks`); set when the case is made for an
         engine that declares them.
+    unseeded : bool, default False
+        Whether every second request of each class (its odd-numbered ones in the call) is
+        unseeded (``seed=None``), and the ``independent_requests`` check runs on them
+        (:mod:`~specexact.audit.cases.e2e.seed_checks`); set when the case is made for an
+        engine whose :class:`~specexact.decoders.engines.seeds.SeedPromise` says
+        ``unseeded_independent``. ``reproducible`` then compares the seeded requests only.
+    check_in_mix : bool, default False
+        Whether the first call's seeded requests are generated again in another mix (reversed,
+        the unseeded ones left out: :meth:`mix_requests`), speculative and plain, and the
+        ``reproducible_in_mix`` check runs; set for an engine that promises ``other_mix``.
     """
 
     name: str
@@ -101,6 +111,8 @@ class E2ECase:
     exact: bool = True
     position_bands: tuple[tuple[int, int], ...] | None = None
     check_logprobs: bool = False
+    unseeded: bool = False
+    check_in_mix: bool = False
 
     def __post_init__(self) -> None:
         if not self.row_classes:
@@ -155,11 +167,28 @@ class E2ECase:
         return replace(self, row_classes=tuple(self.row_classes[c] for c in keep),
                        class_ids=tuple(self.class_id(c) for c in keep), check_acceptance=acc)
 
+    def is_seeded(self, r: int) -> bool:
+        """Whether request ``r`` of a call is seeded (all are, unless :attr:`unseeded`: then
+        the requests of even rank within their class, ``(r // C) % 2 == 0``)."""
+        return not self.unseeded or (int(r) // len(self.row_classes)) % 2 == 0
+
+    def seeded_rows(self) -> list[int]:
+        """The places of a call's seeded requests, ascending."""
+        return [r for r in range(self.batch_size) if self.is_seeded(r)]
+
     def requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
-        """The requests of generate call ``call``: classes interleaved, seed ``call * B + r``;
-        with ``logprobs`` each asks for its tokens' logprobs."""
+        """The requests of generate call ``call``: classes interleaved, seed ``call * B + r``
+        (``None`` for an unseeded one: :meth:`is_seeded`); with ``logprobs`` each asks for its
+        tokens' logprobs."""
         C, B = len(self.row_classes), self.batch_size
-        return [self.row_classes[r % C].request(eos_token_id, call * B + r, logprobs) for r in range(B)]
+        return [self.row_classes[r % C].request(eos_token_id, call * B + r if self.is_seeded(r) else None, logprobs)
+                for r in range(B)]
+
+    def mix_requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
+        """Call ``call``'s seeded requests in another mix: reversed, without the unseeded ones
+        (request ``j`` is request ``seeded_rows()[-1 - j]`` of :meth:`requests`)."""
+        reqs = self.requests(eos_token_id, call, logprobs)
+        return [reqs[r] for r in reversed(self.seeded_rows())]
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -167,6 +196,14 @@ class E2ECase:
         d["kind"] = "e2e"
         d["num_draft_tokens"] = self.num_draft_tokens
         return d
+
+
+def seed_checks_of(caps) -> dict:
+    """The seed-check fields of a case made for an engine of capabilities ``caps``
+    (:class:`~specexact.decoders.engines.seeds.SeedPromise`): ``unseeded`` where it promises
+    independent unseeded requests, ``check_in_mix`` where it promises seeded requests in
+    another mix."""
+    return {"unseeded": bool(caps.seeds.unseeded_independent), "check_in_mix": bool(caps.seeds.other_mix)}
 
 
 def model_dirs(case: E2ECase) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass
+from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of
 from specexact.audit.cases.e2e.scenarios import scenario_cases
 from specexact.decoders.engines.protocol import EngineCapabilities
 from specexact.decoders.params import SamplingParams
@@ -119,7 +119,7 @@ def long_case(engine, method: str, *, pair: str = "llama-v64", requests_per_clas
         name=f"e2e-{pair}-{method}-long-g{LONG_GAMMA}", pair=pair, method=method, num_speculative_tokens=LONG_GAMMA,
         row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
         check_acceptance=(False,) * len(classes), position_bands=LONG_BANDS,
-        check_logprobs=caps.logprobs is not None,
+        check_logprobs=caps.logprobs is not None, **seed_checks_of(caps),
         description=(f"{engine.name} {method}, γ={LONG_GAMMA}, on {pair}: 48-token outputs, prompts of "
                      f"{', '.join(map(str, LONG_PROMPT_LENGTHS))} tokens in one call, every token checked"),
         tags=("e2e", "long"))
@@ -160,7 +160,7 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
             num_speculative_tokens=num_speculative_tokens, row_classes=tuple(classes),
             requests_per_class=requests_per_class, engine=engine.name,
             check_acceptance=tuple(acceptance_known(caps, m, rc, num_speculative_tokens) for rc in classes),
-            check_logprobs=caps.logprobs is not None,
+            check_logprobs=caps.logprobs is not None, **seed_checks_of(caps),
             description=f"{engine.name} {m}, γ={num_speculative_tokens}, on {pair}: the engine's own generate loop",
             tags=("e2e",)))
     m = method if method is not None else ("draft_model" if "draft_model" in methods else methods[0])

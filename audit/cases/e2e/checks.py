@@ -4,7 +4,9 @@ Per row class, on the engine's speculative and plain outputs (:func:`class_check
 ``sequence_law`` and ``plain_sequence_law`` against the class's exact law
 (:func:`~specexact.audit.cases.e2e.laws.class_laws`), ``sequences_vs_plain`` (chi-square
 homogeneity) and, where the case checks acceptance, ``accepted_length``; per case
-``reproducible`` (:func:`reproducible_check`, exact). A long case (``position_bands`` set)
+``reproducible`` (:func:`reproducible_check`, exact) and, where the engine promises them, the
+seed checks ``independent_requests`` and ``reproducible_in_mix``
+(:mod:`~specexact.audit.cases.e2e.seed_checks`). A long case (``position_bands`` set)
 has per-token checks instead of the per-class ones, two per band
 (:mod:`~specexact.audit.cases.e2e.token_checks`). :func:`e2e_num_checks` counts them (the
 report reads the same count from a case's config).
@@ -37,18 +39,24 @@ where the case checks acceptance)."""
 
 
 def e2e_num_checks(num_classes: int, num_acceptance_checked: int, num_bands: int = 0,
-                   check_logprobs: bool = False) -> int:
+                   check_logprobs: bool = False, unseeded: bool = False, check_in_mix: bool = False) -> int:
     """Checks of an end-to-end case: :data:`E2E_CHECKS_PER_CLASS` per class (a long case with
     ``num_bands > 0`` position bands: ``token_law`` and ``plain_token_law`` per band instead),
-    ``reproducible``, one ``accepted_length`` per class that checks acceptance, and with
-    ``check_logprobs`` the two logprob checks (the report reads the same count from a case's
-    config)."""
+    ``reproducible``, one ``accepted_length`` per class that checks acceptance, with
+    ``check_logprobs`` the two logprob checks, with ``unseeded`` ``independent_requests`` and
+    with ``check_in_mix`` ``reproducible_in_mix``
+    (:mod:`~specexact.audit.cases.e2e.seed_checks`; the report reads the same count from a
+    case's config)."""
     per = 2 * int(num_bands) if num_bands else E2E_CHECKS_PER_CLASS * num_classes
-    return per + 1 + num_acceptance_checked + 2 * bool(check_logprobs)
+    return per + 1 + num_acceptance_checked + 2 * bool(check_logprobs) + bool(unseeded) + bool(check_in_mix)
 
 
-def reproducible_check(again, first, again_plain, first_plain, alpha: float):
-    """The exact reproducibility check: the first call's requests again, same seeds."""
+def reproducible_check(again, first, again_plain, first_plain, alpha: float, rows=None):
+    """The exact reproducibility check: the first call's requests again, same seeds (``[B, L]``
+    outputs each); ``rows``, when given, are the seeded requests' places, the only ones
+    compared (an unseeded request draws afresh)."""
+    if rows is not None:
+        again, first, again_plain, first_plain = (x[list(rows)] for x in (again, first, again_plain, first_plain))
     diff = int((again != first).any(1).sum())
     diff_plain = int((again_plain != first_plain).any(1).sum())
     n = int(first.shape[0])

@@ -4,9 +4,11 @@
 (:func:`~specexact.audit.cases.e2e.engine_call.ensure_loaded`), makes speculative and plain
 generate calls of the case's requests
 (:func:`~specexact.audit.cases.e2e.engine_call.generate_call`), the first call's requests
-again for reproducibility, and checks each class's outputs
+again for reproducibility (and, where the engine promises it, its seeded requests in another
+mix), and checks each class's outputs
 (:mod:`~specexact.audit.cases.e2e.checks`), or, for a long case, every emitted token
-(:mod:`~specexact.audit.cases.e2e.token_checks`); for an engine that declares logprobs, the
+(:mod:`~specexact.audit.cases.e2e.token_checks`), and the seed checks
+(:mod:`~specexact.audit.cases.e2e.seed_checks`); for an engine that declares logprobs, the
 logprobs it reported on the first call's outputs, against the exact law
 (:mod:`~specexact.audit.cases.e2e.logprob_checks`: deterministic, checked once the first call
 pair is back). A crash, a hang or a break of the output
@@ -29,6 +31,7 @@ from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
 from specexact.audit.cases.e2e.laws import case_models, class_laws
 from specexact.audit.cases.e2e.logprob_checks import padded_tokens as _padded
 from specexact.audit.cases.e2e.logprob_checks import results_logprob_checks
+from specexact.audit.cases.e2e.seed_checks import independent_requests_check, reproducible_in_mix_check
 from specexact.audit.cases.e2e.token_checks import band_checks
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
@@ -55,7 +58,7 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
     docstring); the arguments and the result are those of
     :func:`~specexact.audit.cases.dispatch.run_case` (``device`` is the engine's own business;
     ``seed`` shifts every request's seed). ``reproducibility=False`` skips the
-    reproducibility calls and their check (a shrink's candidates that need not repeat it)."""
+    reproducibility calls (and the in-mix ones) and their checks (a shrink's candidates that need not repeat it)."""
     if (num_batches is None) == (time_budget_s is None):
         raise ValueError("give exactly one of num_batches and time_budget_s")
     start = time.perf_counter()
@@ -122,13 +125,14 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                     checks_s = timed("checks", _checks_seconds, case, caps, spec[0], plain[0], first_round[0],
                                      false_fail_rate, min_expected, result.seed)
                     now = time.perf_counter()
-                # stop before the next two calls, the reproducibility calls (one more pair) and
+                # stop before the next two calls, the reproducibility calls (one more pair, and the
+                # in-mix pair where the case checks it: at most a pair's time, half its requests) and
                 # the checks would pass the case's time (a pair at the slower of its last and mean time)
                 pair_s = max(now - t_pair, (now - t_calls) / b)
                 # a long case's checks grow with its outputs (one teacher-forced forward per output)
                 tail_checks_s = checks_s * (b + 1) if case.position_bands else checks_s
                 if enough_calls(b, num_batches, time_budget_s, now - start, min_batches, call_s=pair_s,
-                                tail_s=pair_s + tail_checks_s):
+                                tail_s=pair_s * (1 + bool(case.check_in_mix and reproducibility)) + tail_checks_s):
                     break
             where = "the reproducibility calls"
             if not reproducibility:
@@ -139,6 +143,13 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                                       logprobs=lp)[1], case.length)
                 again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
                                             logprobs=lp)[1], case.length)
+            mixed = mixed_plain = None
+            if case.check_in_mix and reproducibility:
+                where = "the in-mix reproducibility calls"
+                mixed = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
+                                      mix=True)[1], case.length)
+                mixed_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
+                                            mix=True)[1], case.length)
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
@@ -163,7 +174,14 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
             return result
         t = time.perf_counter()
         if reproducibility:
-            result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate))
+            result.checks.append(reproducible_check(again, spec[0], again_plain, plain[0], false_fail_rate,
+                                                    rows=case.seeded_rows() if case.unseeded else None))
+        if mixed is not None:  # the mix call's request j is the first call's request rows[j]
+            rows = list(reversed(case.seeded_rows()))
+            result.checks.append(reproducible_in_mix_check(mixed, spec[0][rows], mixed_plain, plain[0][rows],
+                                                           false_fail_rate))
+        if case.unseeded:
+            result.checks.append(independent_requests_check(case, caps, spec, plain, false_fail_rate))
         result.checks.extend(logprob_results)
         all_spec, all_plain = torch.cat(spec), torch.cat(plain)  # [b * B, L]
         if case.position_bands:

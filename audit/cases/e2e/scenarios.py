@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 
-from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass
+from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of
 from specexact.decoders.engines.protocol import GenerationRequest
 from specexact.decoders.tiny_models import CATALOG
 from specexact.fuzz.generation import within_processing
@@ -185,8 +185,8 @@ class ScenarioCase(E2ECase):
 
     def requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
         """The requests of call ``call``: as :meth:`E2ECase.requests`, every seed shifted by
-        the scenario's seed."""
-        return [replace(r, seed=r.seed + int(self.scenario.seed))
+        the scenario's seed (an unseeded request stays unseeded)."""
+        return [r if r.seed is None else replace(r, seed=r.seed + int(self.scenario.seed))
                 for r in super().requests(eos_token_id, call, logprobs)]
 
     def to_dict(self) -> dict:
@@ -226,7 +226,7 @@ def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pa
     return ScenarioCase(
         name=f"e2e-{pair}-{method}-{name}", pair=pair, method=method, num_speculative_tokens=scenario.gamma,
         row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
-        check_acceptance=(False,) * len(classes), position_bands=bands,
+        check_acceptance=(False,) * len(classes), position_bands=bands, **seed_checks_of(caps),
         description=f"{engine.name} {method} on {pair}, generated scenario: {scenario.describe()}",
         tags=("e2e", "scenario"), scenario=scenario, draw=draw)
 

@@ -30,7 +30,8 @@ def test_the_cases_cover_the_request_shapes_and_say_which_check_acceptance():
     assert len(names) == 8 and any("min_tokens=2" in n for n in names) and any("eos on" in n for n in names)
     # acceptance has an exact law where no EOS cuts the first round
     assert CASE.check_acceptance == tuple(not rc.eos for rc in CASE.row_classes)
-    assert CHECKS == 3 * 8 + 1 + 6 + 2  # and the two logprob checks (the built-in engine reports logprobs)
+    # and the two logprob checks (the built-in engine reports logprobs) and the two seed checks (its promise)
+    assert CHECKS == 3 * 8 + 1 + 6 + 2 + 2
     with pytest.raises(ValueError, match="engine 'builtin' does not run method 'ngram'; it declares"):
         e2e_cases(BuiltinEngine(), "ngram")
 
@@ -43,7 +44,7 @@ def test_the_builtin_engine_passes_with_every_check_reported(alpha):
     assert case["num_sequences"] == 2 * CASE.batch_size and case["config"]["kind"] == "e2e"
     types = {c["name"].split("[")[0] for c in case["checks"]}
     assert types == {"reproducible", "sequence_law", "plain_sequence_law", "sequences_vs_plain", "accepted_length",
-                     "token_logprobs", "plain_token_logprobs"}
+                     "token_logprobs", "plain_token_logprobs", "reproducible_in_mix", "independent_requests"}
     assert len(case["checks"]) == CHECKS
     # each check states what it can detect (None in JSON: no TV up to 1 guaranteed at this size)
     assert all("detectable_tv" in c and "false_fail_rate" in c for c in case["checks"])

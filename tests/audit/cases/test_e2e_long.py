@@ -33,7 +33,8 @@ def test_the_long_case_has_long_outputs_mixed_prompts_gamma_4_and_eos_inside_a_w
             "frequency_penalty"} <= used, used
     (eos,) = [rc for rc in CASE.row_classes if rc.eos]
     assert eos.min_tokens == 6 and eos.min_tokens % (CASE.num_speculative_tokens + 1)  # not at a round's edge
-    assert CHECKS == 2 * 4 + 1 + 2 and CASE.check_acceptance == (False,) * 4  # + the two logprob checks
+    # + the two logprob checks and the two seed checks
+    assert CHECKS == 2 * 4 + 1 + 2 + 2 and CASE.check_acceptance == (False,) * 4
     # not among the default cases of the API; the CLI asks for it (long_case_too)
     assert not any(c.position_bands for c in e2e_cases(BuiltinEngine()))
     cases = e2e_cases(BuiltinEngine(), long_case_too=True)
@@ -103,7 +104,8 @@ def test_the_builtin_engine_passes_the_long_case_with_every_band_reported(alpha)
     assert case["num_sequences"] == 2 * CASE.batch_size and case["config"]["position_bands"] == [list(b) for b in
                                                                                                  LONG_BANDS]
     checks = {c["name"]: c for c in case["checks"]}
-    assert sorted(checks) == sorted(["reproducible", "token_logprobs", "plain_token_logprobs", *BANDS])
+    assert sorted(checks) == sorted(["reproducible", "token_logprobs", "plain_token_logprobs", *BANDS,
+                                     "reproducible_in_mix", "independent_requests"])
     assert len(case["checks"]) == CHECKS
     n = 2 * CASE.batch_size
     for band, (a, b) in zip(BANDS, [*LONG_BANDS, *LONG_BANDS]):

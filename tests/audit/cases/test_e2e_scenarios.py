@@ -56,11 +56,12 @@ def test_a_scenario_case_has_the_shapes_bands_and_seeds():
     assert case.position_bands == tuple(b for b in SCENARIO_BANDS if b[0] < 20) == ((0, 8), (8, 16), (16, 32))
     assert case.row_classes[0].min_tokens == 4 and case.row_classes[0].eos and not case.row_classes[1].eos
     reqs = case.requests(eos_token_id=1, call=3)
-    assert [r.seed for r in reqs] == [7 + 3 * 4 + r for r in range(4)]  # classes interleaved, seeds shifted
+    # classes interleaved, seeds shifted; the second request of each class unseeded (the engine's promise)
+    assert [r.seed for r in reqs] == [7 + 3 * 4 + 0, 7 + 3 * 4 + 1, None, None]
     assert [len(r.prompt_token_ids) for r in reqs] == [3, 41, 3, 41]
     d = case.to_dict()
     assert Scenario.from_dict(d["scenario"]) == case.scenario and d["scenario_axes"]["mixed_prompt_lengths"]
-    assert checks_per_case(case) == 2 * 3 + 1
+    assert checks_per_case(case) == 2 * 3 + 1 + 2  # and the two seed checks
     with pytest.raises(ValueError, match="does not run method 'ngram'"):
         scenario_case(ENGINE, case.scenario, "ngram")
 
@@ -81,6 +82,6 @@ def test_the_builtin_engine_passes_its_scenarios_with_every_band_reported(alpha)
     for case, rep in zip(CASES, report["cases"]):
         names = {c["name"] for c in rep["checks"]}
         bands = {f"{p}[positions {a}-{b - 1}]" for p in ("token_law", "plain_token_law") for a, b in case.position_bands}
-        assert names == bands | {"reproducible"}, names
+        assert names == bands | {"reproducible", "reproducible_in_mix", "independent_requests"}, names
         assert rep["config"]["scenario"] == case.scenario.to_dict() and "shrunk" not in rep
         assert all(c["false_fail_rate"] < alpha for c in rep["checks"])

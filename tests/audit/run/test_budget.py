@@ -487,11 +487,12 @@ def test_an_end_to_end_cases_minimum_counts_its_reproducibility_pair(monkeypatch
 
     engine = BuiltinEngine()
     case = e2e_cases(engine, "draft_model", requests_per_class=2)[0]
-    assert fixed_calls(case) == 1 and fixed_calls(quick_cases()[0]) == 0
+    # the reproducibility pair and the in-mix pair (the built-in engine promises other mixes)
+    assert fixed_calls(case) == 2 and fixed_calls(quick_cases()[0]) == 0
     _fixed_pilot(monkeypatch, 10.0)  # one call pair: 10 s
     run = open_audit(resolve_audit(engine, AuditSettings(cases=(case,), budget_s=25.0, false_fail_rate=1e-6)))
     monkeypatch.setattr(run, "elapsed", lambda: 0.0)
     plan = run.plan([case])
-    need = 3 * 10.0 + run.overhead()
+    need = 4 * 10.0 + run.overhead()
     assert not plan.feasible and f"need at least {need - 25.0:.0f} s more ({need:.0f} s in all)" in plan.note
     assert "its reproducibility pair" in plan.note

@@ -34,7 +34,8 @@ def test_the_builtin_engines_diagnosis_names_every_part_of_the_loop_with_the_che
     for key, p in parts.items():  # every part tested, none "not tested"
         assert p["status"] == "pass" and p["checks_run"] > 0 and p["tested_by"], (key, p)
     name = CASE.name
-    assert parts["seeds"]["tested_by"] == [f"{name} / reproducible"]
+    assert parts["seeds"]["tested_by"] == [f"{name} / {t}" for t in ("reproducible", "reproducible_in_mix",
+                                                                       "independent_requests")]
     # the plain class (0) has no processing: per-prefix processing is tested by the others
     assert f"{name} / sequence_law[class 0]" not in parts["per_prefix_processing"]["tested_by"]
     assert f"{name} / sequence_law[class 7]" in parts["per_prefix_processing"]["tested_by"]  # min_tokens
@@ -107,9 +108,27 @@ def test_a_seed_fault_is_named_seeds_and_a_crash_protocol():
     r = e2e_report()
     r["checks"][0] = chk("reproducible", passed=False, n=0, message="same requests, same seeds, different outputs")
     d = diagnose(r)
-    assert d["culprits"] == ["seeds"] and d["summary"] == "faulty: seeds (same seed, same output)"
+    assert d["culprits"] == ["seeds"]
+    assert d["summary"] == "faulty: seeds (same seed, same output; unseeded requests independent)"
     r["checks"].append(chk("defect", passed=False, n=0, message="crash in speculative generate call 0"))
     assert diagnose(r)["culprits"] == ["protocol", "seeds"]
+
+
+def test_dependent_unseeded_requests_are_named_seeds_and_explain_the_laws_that_pool_them():
+    # a shared stream: independent_requests fails, and the law checks that pool the dependent
+    # draws as independent fail with it; they name no suspect
+    r = e2e_report(fail={0, 1, 2, 3})
+    r["checks"].append(chk("independent_requests", passed=False, pvalue=1e-40, n=256))
+    d = diagnose(r)
+    assert d["culprits"] == ["seeds"] and d["suspects"] == [], d["summary"]
+    parts = {p["part"]: p for p in d["parts"]}
+    assert parts["emitted_law"]["explained_by"] == "seeds" and parts["drafting"]["explained_by"] == "seeds"
+    assert any("not independent" in n for n in d["notes"])
+    # a seeded request that does not reproduce in another mix: seeds, a defect
+    r = e2e_report()
+    r["checks"].append(chk("reproducible_in_mix", passed=False, n=0))
+    assert diagnose(r)["culprits"] == ["seeds"]
+    assert coverage(chk("independent_requests"), {}) == coverage(chk("reproducible_in_mix"), {}) == {"seeds"}
 
 
 def test_what_each_check_covers():

@@ -16,6 +16,8 @@ EXPECTED = {  # the check type that must fail, its tier, and the diagnosis part:
     "bonus_from_wrong_position": ("sequence_law", "inexact", "bonus_token", "suspects"),
     "crashes_on_top_k": ("defect", "defect", "protocol", "culprits"),
     "logprobs_of_draft_law": ("token_logprobs", "defect", "logprobs", "culprits"),
+    "shared_unseeded_stream": ("independent_requests", "inexact", "seeds", "culprits"),
+    "seed_stream_by_place": ("reproducible_in_mix", "defect", "seeds", "culprits"),
 }
 
 
@@ -44,7 +46,8 @@ def test_planted_end_to_end_fault_is_caught(name, alpha):
         assert parts[part]["tested_by"]
     if name == "temperature_on_drafts_only":  # located by the classes: those with a temperature fail
         assert "temperature" in parts[part]["evidence"].split("the fault follows ")[1], parts[part]["evidence"]
-    if name != "seed_ignored":  # the engine's plain sampling is right: only speculation changed the law
+    if name not in ("seed_ignored", "shared_unseeded_stream"):  # the engine's plain sampling is right: only
+        # speculation changed the law (the seed faults are in both paths)
         assert not any(f["check"].startswith("plain_sequence_law") for f in report["findings"])
 
 
