@@ -194,6 +194,11 @@ class EngineCapabilities:
         which law: the processed law the token was drawn from (temperature, truncation,
         penalties and the ``min_tokens`` mask as :attr:`processing` declares them), or the
         raw model's (``log_softmax`` of the unprocessed logits); ``None``: not returned.
+    max_context : int or None
+        The most tokens a request may hold, prompt and output together (vLLM's
+        ``max_model_len``: past it the engine ends the output without EOS, and a prompt of
+        that length is refused); ``None``: no limit. The audit's cases keep their requests
+        within it (:func:`~specexact.audit.cases.e2e.case.within_context`).
     """
 
     methods: tuple[str, ...]
@@ -209,8 +214,12 @@ class EngineCapabilities:
     draft_sampling: str = "request"
     first_round_after_token: bool = False
     logprobs: str | None = None
+    max_context: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_context is not None and (isinstance(self.max_context, bool) or int(self.max_context) != self.max_context
+                                             or self.max_context < 2):
+            raise ValueError(f"max_context must be an integer >= 2 or None, got {self.max_context!r}")
         if self.logprobs not in (None, "processed", "raw"):
             raise ValueError(f"logprobs must be None, 'processed' or 'raw', got {self.logprobs!r}")
         if self.acceptance_scheme not in ("tokenwise", "sample_compare"):

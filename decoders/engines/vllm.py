@@ -111,7 +111,11 @@ class VllmEngine:
     Parameters
     ----------
     max_model_len : int, default 64
-        vLLM's context length (prompt plus new tokens).
+        vLLM's context length (prompt plus new tokens; vLLM refuses more than the model's
+        ``max_position_embeddings``, 64 for the tiny models). Declared as
+        :attr:`~specexact.decoders.engines.EngineCapabilities.max_context`: vLLM ends an
+        output at it without EOS (``check_stop`` in ``vllm/v1/core/sched/utils.py``), so the
+        audit's cases keep every request's prompt plus ``max_tokens`` within it.
     kv_cache_memory_bytes : int, default 256 MiB
         vLLM's KV cache size on CPU.
     seed : int, default 0
@@ -232,6 +236,7 @@ class VllmEngine:
             methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",
             draft_sampling=draft_sampling, first_round_after_token=True, logprobs="raw",
+            max_context=self.max_model_len,
             notes=("vllm.LLM(skip_tokenizer_init, float32, enforce_eager, in-process engine core); requests: "
                    "ignore_eos=True with stop_token_ids=[eos]; min_p refused under speculative decoding (vLLM "
                    "drops it); min_tokens refused unless eos_token_id is the model's generation-config EOS (vLLM "

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 
-from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass
+from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, within_context
 from specexact.decoders.engines.protocol import GenerationRequest
 from specexact.decoders.tiny_models import CATALOG
 from specexact.fuzz.generation import within_processing
@@ -203,12 +203,16 @@ def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pa
 
     Each shape's parameters within the engine's declared processing
     (:func:`~specexact.fuzz.generation.within_processing`), ``min_tokens`` and EOS only where
-    it implements them; the bands of :data:`SCENARIO_BANDS` below its longest output.
+    it implements them, prompt plus ``max_tokens`` within its declared context
+    (:func:`~specexact.audit.cases.e2e.case.within_context`: ``max_tokens`` lowered, a shape
+    whose prompt leaves no room left out); the bands of :data:`SCENARIO_BANDS` below its
+    longest output.
 
     Raises
     ------
     ValueError
-        ``method`` is not one the engine declares.
+        ``method`` is not one the engine declares, or no shape's prompt fits the engine's
+        context.
     """
     caps = engine.capabilities()
     if method not in caps.methods:
@@ -216,18 +220,27 @@ def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pa
     if pair not in CATALOG:
         raise ValueError(f"pair must be one of {sorted(CATALOG)}, got {pair!r}")
     V = int(CATALOG[pair].spec.vocab_size)
-    classes = []
+    classes, clipped = [], False
     for s in scenario.shapes:
         eos = bool(s.eos and caps.eos)
-        classes.append(E2ERowClass(s.prompt(V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
-                                   min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos))
+        rc = E2ERowClass(s.prompt(V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
+                         min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos)
+        fit = within_context(rc, caps.max_context)
+        clipped = clipped or fit != rc
+        if fit is not None:
+            classes.append(fit)
+    if not classes:
+        raise ValueError(f"scenario {scenario.describe()!r}: no prompt leaves room for a new token within the "
+                         f"engine's context of {caps.max_context} tokens")
     length = max(rc.max_tokens for rc in classes)
     bands = tuple((a, b) for a, b in SCENARIO_BANDS if a < length)
+    fitted = (f"; max_tokens within the engine's context of {caps.max_context} tokens (prompt + output)"
+              if clipped else "")
     return ScenarioCase(
         name=f"e2e-{pair}-{method}-{name}", pair=pair, method=method, num_speculative_tokens=scenario.gamma,
         row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
         check_acceptance=(False,) * len(classes), position_bands=bands,
-        description=f"{engine.name} {method} on {pair}, generated scenario: {scenario.describe()}",
+        description=f"{engine.name} {method} on {pair}, generated scenario: {scenario.describe()}{fitted}",
         tags=("e2e", "scenario"), scenario=scenario, draw=draw)
 
 
