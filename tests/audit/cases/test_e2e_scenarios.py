@@ -14,10 +14,13 @@ from specexact.audit.cases.e2e.scenarios import (
     KEY_AXES,
     OTHER_AXES,
     SCENARIO_BANDS,
+    SCENARIO_REQUESTS_PER_SHAPE,
+    SERIAL_REQUESTS_PER_SHAPE,
     ScenarioCase,
     axes_reached,
     cost,
     draw_scenarios,
+    requests_per_shape,
     scenario_case,
     scenario_cases,
 )
@@ -98,6 +101,24 @@ def test_cases_keep_every_request_within_the_engines_declared_context():
         within_context(case.row_classes[0], 1)
     with pytest.raises(ValueError, match="max_context must be an integer >= 2 or None, got 0"):
         replace(engine.capabilities(), max_context=0)
+
+
+class OneAtATimeEngine(BuiltinEngine):
+    """The built-in engine declaring what transformers' and mlx-lm's adapters declare: one
+    request per call (``max_batch_size=1``; the adapter loops over a call's requests)."""
+
+    def capabilities(self):
+        return replace(super().capabilities(), max_batch_size=1)
+
+
+def test_engines_that_run_requests_one_at_a_time_get_smaller_scenario_calls():
+    # fails on the old code (16 per shape for every engine): a one-at-a-time engine's call
+    # costs the sum of its requests, so 16 per shape only raised the planner's floor
+    assert [c.requests_per_class for c in scenario_cases(OneAtATimeEngine(), seed=0)] == \
+        [SERIAL_REQUESTS_PER_SHAPE] * len(CASES) == [4] * len(CASES)
+    assert [c.requests_per_class for c in CASES] == [SCENARIO_REQUESTS_PER_SHAPE] * len(CASES) == [16] * len(CASES)
+    assert requests_per_shape(ENGINE.capabilities()) == 16  # batched, though seeded per call
+    assert scenario_case(OneAtATimeEngine(), CASES[0].scenario, requests_per_class=9).requests_per_class == 9
 
 
 def test_the_vllm_adapter_declares_its_context():

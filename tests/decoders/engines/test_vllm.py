@@ -20,6 +20,7 @@ from specexact.decoders.engines.vllm_requests import sampling_params  # noqa: E4
 from specexact.decoders.params import SamplingParams  # noqa: E402
 from specexact.decoders.tiny_models import catalog_pair, exact_sequence_law, load_model  # noqa: E402
 from specexact.exactness.goodness_of_fit import chisquare_gof  # noqa: E402
+from specexact.strategies import RequestShape, Scenario  # noqa: E402
 
 K = 3
 PROMPT = (5, 6, 7, 8)
@@ -233,6 +234,32 @@ def test_second_token_follows_the_exact_law(engine, pair, alpha, request):
     counts = np.bincount([r.token_ids[1] for r in results], minlength=64)
     res = chisquare_gof(counts, ref, false_fail_rate=alpha)
     assert res.passed, (res.pvalue, res.worst)
+
+
+# One generated-scenario case (the audit's kind: audit/cases/e2e/scenarios.py), by hand: γ = K,
+# two prompt lengths in one call, 16 new tokens (two position bands), temperature with top-p,
+# min_tokens with the model's EOS, penalties with a temperature; no top-k (it crashes the CPU
+# route's speculative call: TOPK_CRASH below).
+SCENARIO = Scenario(gamma=K, seed=0, shapes=(
+    RequestShape(prompt_len=3, prompt_seed=1, params=SamplingParams(temperature=0.8, top_p=0.9), max_tokens=16,
+                 min_tokens=2, eos=True),
+    RequestShape(prompt_len=20, prompt_seed=2, params=SamplingParams(temperature=1.2, repetition_penalty=1.3,
+                                                                     presence_penalty=0.5), max_tokens=16)))
+
+
+@pytest.mark.statistical(checks=5)  # token_law and plain_token_law in two bands, reproducible
+def test_a_generated_scenario_case_checks_every_token(engine, run_scenario, alpha):
+    # Before test_top_k_requests_return, which leaves the CPU route's engine broken.
+    if engine.method != "draft_model":
+        pytest.skip("the scenario case runs draft_model (the audit's scenario method)")
+    result, checks = run_scenario(engine, SCENARIO, alpha)
+    plain = [c for name, c in checks.items() if name.startswith("plain_token_law")]
+    assert len(plain) == 2 and all(c.passed for c in plain), [str(c) for c in plain]
+    spec = checks["token_law[positions 0-7]"], checks["token_law[positions 8-15]"]
+    if cpu_route():  # the known finding (EXPAND_FINDING): every token a round decides, wrong law
+        assert not spec[0].passed and not spec[1].passed, [str(c) for c in spec]
+    else:
+        assert all(c.passed for c in result.checks), [str(c) for c in result.checks]
 
 
 TOPK_CRASH = ("finding: a speculative call of top-k requests raises (RuntimeError in vLLM's top-k sampler: the "
