@@ -40,10 +40,12 @@ class ProbeCutOff(Exception):
 
 
 _UNPREPARED = object()
+_NOT_PREPARED = object()
 
 
 class _Pilot:
-    """One decoder call of each case, timed; the inputs are built once, untimed.
+    """One decoder call of each case, timed; the inputs are built once, untimed, right before
+    the case's first call (:meth:`_ensure_prepared`).
 
     Every call the pilot makes is a *probe*: it calls the sampler itself, not the audit's
     time-limited wrapper (:func:`~specexact.audit.sampler.call_timeout.untimed`), in a worker
@@ -64,7 +66,17 @@ class _Pilot:
         self.abandoned: tuple[threading.Thread, float] | None = None
         self.stragglers: list[str] = []
         self.started = time.perf_counter()
-        self.prepared = [self._prepare_within_limit(case) for case in self.cases]
+        self.prepared = [_NOT_PREPARED] * len(self.cases)
+
+    def _ensure_prepared(self, i: int) -> None:
+        """Prepare case ``i`` (untimed) right before its first call, or before every call
+        where its kind's preparation is the sampler's state (``prepares_sampler``: an
+        end-to-end case loads the engine in its own configuration, method and γ, and a case
+        timed on the configuration another case loaded was timed on the wrong one). Cases
+        the pilot never reaches are never prepared."""
+        case = self.cases[i]
+        if self.prepared[i] is _NOT_PREPARED or getattr(kind_of(case), "prepares_sampler", False):
+            self.prepared[i] = self._prepare_within_limit(case)
 
     def _prepare(self, case):
         """What one call needs (its kind's :meth:`~specexact.audit.cases.protocol.CaseKind.prepare`:
@@ -119,6 +131,7 @@ class _Pilot:
             return 0.0
         rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
         cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
+        self._ensure_prepared(0)
         t0 = time.perf_counter()
         try:
             self._probe(lambda: self._call(0, rows, self.chosen), cutoff_s)
@@ -158,6 +171,7 @@ class _Pilot:
         ``cutoff_s`` (default: the audit's per-call limit, or none) bounds the wait: past it
         the call is abandoned (:class:`ProbeCutOff`)."""
         cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
+        self._ensure_prepared(i)
         t0 = time.perf_counter()
         crashed_s = 0.0
         try:
