@@ -75,8 +75,17 @@ class _Pilot:
         timed on the configuration another case loaded was timed on the wrong one). Cases
         the pilot never reaches are never prepared."""
         case = self.cases[i]
-        if self.prepared[i] is _NOT_PREPARED or getattr(kind_of(case), "prepares_sampler", False):
-            self.prepared[i] = self._prepare_within_limit(case)
+        stateful = getattr(kind_of(case), "prepares_sampler", False)
+        if self.prepared[i] is _NOT_PREPARED or stateful:
+            try:
+                self.prepared[i] = self._prepare_within_limit(case)
+            except Exception:  # noqa: BLE001 - only a sampler's own load: the case's run meets it
+                if not stateful:
+                    raise
+                # An engine that cannot load this configuration in this process (vLLM after
+                # its n-gram proposer imported numba): not timed here; the case's own run
+                # loads it again (in a fresh process where the engine needs one).
+                self.prepared[i] = _UNPREPARED
 
     def _prepare(self, case):
         """What one call needs (its kind's :meth:`~specexact.audit.cases.protocol.CaseKind.prepare`:
@@ -141,13 +150,13 @@ class _Pilot:
             self._probe(lambda: self._call(0, rows, verify), cutoff_s)
         return time.perf_counter() - t0
 
-    def base_cost(self, i: int) -> float:
+    def base_cost(self, i: int) -> float | None:
         """:meth:`time` of case ``i`` at the audit's per-call limit; a call past it costs the
         limit (the case's own calls then meet the limit themselves: a hang there is a defect)."""
         try:
             return self.time(i)
         except ProbeCutOff:
-            return float(self.limit_s)
+            return None if self.limit_s is None else float(self.limit_s)
 
     def base_costs(self, time_s: float | None = None) -> list[float | None]:
         """:meth:`base_cost` of every case in order, until the pilot has run ``time_s``

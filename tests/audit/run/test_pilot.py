@@ -201,3 +201,27 @@ def test_the_pilot_times_each_end_to_end_case_on_its_own_engine_configuration():
     engine.log.clear()
     assert pilot_costs(cases, verifier=engine, time_s=1e-9)[1] is None
     assert ("load", 4) not in engine.log, engine.log
+
+
+def test_an_engine_that_cannot_load_a_cases_configuration_is_not_an_error_of_the_pilot():
+    """vLLM cannot start another engine once its n-gram proposer imported numba: the pilot,
+    which now loads each case's configuration before timing it, stopped the audit with an
+    internal error (tox -e vllm-e2e's ngram audit, 2026-12-07). The case is charged the call
+    limit (none without one: not timed) and its own run meets the load."""
+    from specexact.audit.cases.e2e.catalog import e2e_cases
+    from specexact.audit.cases.e2e.scenarios import scenario_case
+    from specexact.audit.run.pilot import pilot_costs
+    from specexact.decoders.engines.builtin import BuiltinEngine
+    from specexact.strategies import RequestShape, Scenario
+
+    class OneConfigurationEngine(BuiltinEngine):
+        def load(self, target_dir, draft_dir, *, method, num_speculative_tokens):
+            if num_speculative_tokens != 2:
+                raise AttributeError("'_lib_fn_wrapper' object has no attribute 'get'")
+            super().load(target_dir, draft_dir, method=method, num_speculative_tokens=num_speculative_tokens)
+
+    engine = OneConfigurationEngine()
+    small = Scenario(gamma=4, seed=0, shapes=(RequestShape(prompt_len=3, prompt_seed=1, max_tokens=2),))
+    cases = [e2e_cases(engine, "draft_model", requests_per_class=2)[0], scenario_case(engine, small, requests_per_class=3)]
+    costs = pilot_costs(cases, verifier=engine)
+    assert costs[0] is not None and costs[1] is None
