@@ -225,3 +225,9 @@ def test_an_engine_that_cannot_load_a_cases_configuration_is_not_an_error_of_the
     cases = [e2e_cases(engine, "draft_model", requests_per_class=2)[0], scenario_case(engine, small, requests_per_class=3)]
     costs = pilot_costs(cases, verifier=engine)
     assert costs[0] is not None and costs[1] is None
+    # the failed load closed the engine: the first case's run loads it again (it did not, and
+    # reported "generate called before load()" as the engine's defect)
+    from specexact.audit import run_case
+
+    result = run_case(cases[0], engine, false_fail_rate=1e-3, seed=0, num_batches=2)
+    assert result.defect is None, result.defect
