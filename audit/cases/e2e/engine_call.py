@@ -100,9 +100,11 @@ def ensure_loaded(engine, case: E2ECase) -> None:
         engine.load(target_dir, None if case.method in ("ngram", "prompt_lookup") else draft_dir, method=case.method,
                     num_speculative_tokens=case.num_draft_tokens)
     except BaseException:
-        # closed, and not loaded: the next case loads again (the earlier configuration is gone)
-        with contextlib.suppress(TypeError, KeyError):
-            del _LOADED[state]
+        # closed, and not loaded: the next case loads again (the earlier configuration is
+        # gone); a stale mark (an earlier call raised: mark_stale) stays, it says why
+        if current is not None and current[0] != "stale":
+            with contextlib.suppress(TypeError, KeyError):
+                del _LOADED[state]
         raise
     try:
         _LOADED[state] = key
