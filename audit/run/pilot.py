@@ -40,10 +40,12 @@ class ProbeCutOff(Exception):
 
 
 _UNPREPARED = object()
+_NOT_PREPARED = object()
 
 
 class _Pilot:
-    """One decoder call of each case, timed; the inputs are built once, untimed.
+    """One decoder call of each case, timed; the inputs are built once, untimed, right before
+    the case's first call (:meth:`_ensure_prepared`).
 
     Every call the pilot makes is a *probe*: it calls the sampler itself, not the audit's
     time-limited wrapper (:func:`~specexact.audit.sampler.call_timeout.untimed`), in a worker
@@ -64,7 +66,26 @@ class _Pilot:
         self.abandoned: tuple[threading.Thread, float] | None = None
         self.stragglers: list[str] = []
         self.started = time.perf_counter()
-        self.prepared = [self._prepare_within_limit(case) for case in self.cases]
+        self.prepared = [_NOT_PREPARED] * len(self.cases)
+
+    def _ensure_prepared(self, i: int) -> None:
+        """Prepare case ``i`` (untimed) right before its first call, or before every call
+        where its kind's preparation is the sampler's state (``prepares_sampler``: an
+        end-to-end case loads the engine in its own configuration, method and γ, and a case
+        timed on the configuration another case loaded was timed on the wrong one). Cases
+        the pilot never reaches are never prepared."""
+        case = self.cases[i]
+        stateful = getattr(kind_of(case), "prepares_sampler", False)
+        if self.prepared[i] is _NOT_PREPARED or stateful:
+            try:
+                self.prepared[i] = self._prepare_within_limit(case)
+            except Exception:  # noqa: BLE001 - only a sampler's own load: the case's run meets it
+                if not stateful:
+                    raise
+                # An engine that cannot load this configuration in this process (vLLM after
+                # its n-gram proposer imported numba): not timed here; the case's own run
+                # loads it again (in a fresh process where the engine needs one).
+                self.prepared[i] = _UNPREPARED
 
     def _prepare(self, case):
         """What one call needs (its kind's :meth:`~specexact.audit.cases.protocol.CaseKind.prepare`:
@@ -119,6 +140,7 @@ class _Pilot:
             return 0.0
         rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
         cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
+        self._ensure_prepared(0)
         t0 = time.perf_counter()
         try:
             self._probe(lambda: self._call(0, rows, self.chosen), cutoff_s)
@@ -128,13 +150,13 @@ class _Pilot:
             self._probe(lambda: self._call(0, rows, verify), cutoff_s)
         return time.perf_counter() - t0
 
-    def base_cost(self, i: int) -> float:
+    def base_cost(self, i: int) -> float | None:
         """:meth:`time` of case ``i`` at the audit's per-call limit; a call past it costs the
         limit (the case's own calls then meet the limit themselves: a hang there is a defect)."""
         try:
             return self.time(i)
         except ProbeCutOff:
-            return float(self.limit_s)
+            return None if self.limit_s is None else float(self.limit_s)
 
     def base_costs(self, time_s: float | None = None) -> list[float | None]:
         """:meth:`base_cost` of every case in order, until the pilot has run ``time_s``
@@ -158,6 +180,7 @@ class _Pilot:
         ``cutoff_s`` (default: the audit's per-call limit, or none) bounds the wait: past it
         the call is abandoned (:class:`ProbeCutOff`)."""
         cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
+        self._ensure_prepared(i)
         t0 = time.perf_counter()
         crashed_s = 0.0
         try:

@@ -205,6 +205,11 @@ class EngineCapabilities:
         What the engine promises about seeds beyond the same call again
         (:class:`~specexact.decoders.engines.seeds.SeedPromise`: a seeded request in another
         mix of requests, independent unseeded requests); default: nothing more.
+    max_context : int or None
+        The most tokens a request may hold, prompt and output together (vLLM's
+        ``max_model_len``: past it the engine ends the output without EOS, and a prompt of
+        that length is refused); ``None``: no limit. The audit's cases keep their requests
+        within it (:func:`~specexact.audit.cases.e2e.case.within_context`).
     """
 
     methods: tuple[str, ...]
@@ -221,10 +226,14 @@ class EngineCapabilities:
     first_round_after_token: bool = False
     logprobs: str | None = None
     seeds: SeedPromise = SeedPromise()
+    max_context: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seeds, SeedPromise):
             raise TypeError(f"seeds must be a SeedPromise, got {type(self.seeds).__name__}")
+        if self.max_context is not None and (isinstance(self.max_context, bool) or int(self.max_context) != self.max_context
+                                             or self.max_context < 2):
+            raise ValueError(f"max_context must be an integer >= 2 or None, got {self.max_context!r}")
         if self.logprobs not in (None, "processed", "raw"):
             raise ValueError(f"logprobs must be None, 'processed' or 'raw', got {self.logprobs!r}")
         if self.acceptance_scheme not in ("tokenwise", "sample_compare"):

@@ -123,7 +123,11 @@ class VllmEngine:
     Parameters
     ----------
     max_model_len : int, default 64
-        vLLM's context length (prompt plus new tokens).
+        vLLM's context length (prompt plus new tokens; vLLM refuses more than the model's
+        ``max_position_embeddings``, 64 for the tiny models). Declared as
+        :attr:`~specexact.decoders.engines.EngineCapabilities.max_context`: vLLM ends an
+        output at it without EOS (``check_stop`` in ``vllm/v1/core/sched/utils.py``), so the
+        audit's cases keep every request's prompt plus ``max_tokens`` within it.
     kv_cache_memory_bytes : int, default 256 MiB
         vLLM's KV cache size on CPU.
     seed : int, default 0
@@ -247,6 +251,7 @@ class VllmEngine:
             seeds=SeedPromise(other_mix=True, unseeded_independent=True,
                               source="vllm/sampling_params.py (seed: per-request generator, SamplingType.RANDOM_SEED;"
                                      " seed=None: the global generator, LLM(seed=...))"),
+            max_context=self.max_model_len,
             notes=("vllm.LLM(skip_tokenizer_init, float32, enforce_eager, in-process engine core); requests: "
                    "ignore_eos=True with stop_token_ids=[eos]; min_p refused under speculative decoding (vLLM "
                    "drops it); min_tokens refused unless eos_token_id is the model's generation-config EOS (vLLM "

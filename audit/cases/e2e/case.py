@@ -19,7 +19,7 @@ from specexact.decoders.engines.protocol import SPECULATIVE_METHODS, GenerationR
 from specexact.decoders.params import SamplingParams
 from specexact.decoders.tiny_models import catalog_pair
 
-__all__ = ["E2ERowClass", "E2ECase", "model_dirs", "seed_checks_of"]
+__all__ = ["E2ERowClass", "E2ECase", "model_dirs", "seed_checks_of", "within_context"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,32 @@ class E2ERowClass:
         return GenerationRequest(prompt_token_ids=self.prompt, params=self.params, max_tokens=self.max_tokens,
                                  min_tokens=self.min_tokens, eos_token_id=eos_token_id if self.eos else None,
                                  seed=seed, logprobs=logprobs)
+
+
+def within_context(rc: E2ERowClass, max_context: int | None) -> E2ERowClass | None:
+    """``rc`` within an engine's declared context
+    (:attr:`~specexact.decoders.engines.EngineCapabilities.max_context`): ``max_tokens``
+    lowered to ``max_context - len(prompt)`` where the prompt plus ``max_tokens`` would pass
+    it (``min_tokens`` to at most the new ``max_tokens``), or ``None`` where the prompt leaves
+    no room for one new token. Past its context an engine ends an output without EOS (vLLM),
+    which no exact law describes: the request is made to fit, as a parameter the engine does
+    not implement is set neutral.
+
+    Raises
+    ------
+    ValueError
+        ``max_context`` is not an integer >= 2 or None.
+    """
+    if max_context is None:
+        return rc
+    if isinstance(max_context, bool) or int(max_context) != max_context or max_context < 2:
+        raise ValueError(f"max_context must be an integer >= 2 or None, got {max_context!r}")
+    room = int(max_context) - len(rc.prompt)
+    if room < 1:
+        return None
+    if rc.max_tokens <= room:
+        return rc
+    return replace(rc, max_tokens=room, min_tokens=min(rc.min_tokens, room))
 
 
 @dataclass(frozen=True)

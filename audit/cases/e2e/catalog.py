@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of
+from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of, within_context
 from specexact.audit.cases.e2e.scenarios import scenario_cases
 from specexact.decoders.engines.protocol import EngineCapabilities
 from specexact.decoders.params import SamplingParams
@@ -109,19 +109,25 @@ def long_case(engine, method: str, *, pair: str = "llama-v64", requests_per_clas
               seed: int = 0) -> E2ECase:
     """The long end-to-end case of ``engine`` and ``method``: ``e2e-<pair>-<method>-long-g4``.
 
-    Row classes of :func:`_long_row_classes` (those the engine's processing implements), γ =
+    Row classes of :func:`_long_row_classes` (those the engine's processing implements, each
+    within the engine's declared context: :func:`~specexact.audit.cases.e2e.case.within_context`), γ =
     :data:`LONG_GAMMA`, per-token checks in the bands :data:`LONG_BANDS` instead of sequence
     laws (:mod:`~specexact.audit.cases.e2e.token_checks`), no acceptance check.
     """
     caps = engine.capabilities()
-    classes = [rc for rc in _long_row_classes(caps, seed) if not caps.processing.unsupported(rc.params)]
+    classes = [within_context(rc, caps.max_context) for rc in _long_row_classes(caps, seed)
+               if not caps.processing.unsupported(rc.params)]
+    classes = [rc for rc in classes if rc is not None]
     return E2ECase(
         name=f"e2e-{pair}-{method}-long-g{LONG_GAMMA}", pair=pair, method=method, num_speculative_tokens=LONG_GAMMA,
         row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
         check_acceptance=(False,) * len(classes), position_bands=LONG_BANDS,
         check_logprobs=caps.logprobs is not None, **seed_checks_of(caps),
         description=(f"{engine.name} {method}, γ={LONG_GAMMA}, on {pair}: 48-token outputs, prompts of "
-                     f"{', '.join(map(str, LONG_PROMPT_LENGTHS))} tokens in one call, every token checked"),
+                     f"{', '.join(map(str, LONG_PROMPT_LENGTHS))} tokens in one call, every token checked"
+                     + (f"; max_tokens within the engine's context of {caps.max_context} tokens (prompt + output): "
+                        f"{', '.join(str(rc.max_tokens) for rc in classes)}"
+                        if any(rc.max_tokens < 48 for rc in classes) else "")),
         tags=("e2e", "long"))
 
 
@@ -153,8 +159,10 @@ def e2e_cases(engine, method: str | None = None, *, pair: str = "llama-v64", num
         raise ValueError(f"engine {engine.name!r} does not run method {bad[0]!r}; it declares {list(caps.methods)}")
     cases = []
     for m in methods:
-        classes = [rc for rc in _row_classes(caps, num_speculative_tokens, seed, lookup=m in LOOKUP_METHODS)
+        classes = [within_context(rc, caps.max_context)
+                   for rc in _row_classes(caps, num_speculative_tokens, seed, lookup=m in LOOKUP_METHODS)
                    if not caps.processing.unsupported(rc.params)]
+        classes = [rc for rc in classes if rc is not None]
         cases.append(E2ECase(
             name=f"e2e-{pair}-{m}-g{num_speculative_tokens}", pair=pair, method=m,
             num_speculative_tokens=num_speculative_tokens, row_classes=tuple(classes),

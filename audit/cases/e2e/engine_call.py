@@ -16,6 +16,8 @@ the rest of its case to a fresh process: :class:`FreshProcessWork`.
 
 from __future__ import annotations
 
+import contextlib
+
 import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -94,8 +96,16 @@ def ensure_loaded(engine, case: E2ECase) -> None:
         return
     if current is not None:
         engine.close()
-    engine.load(target_dir, None if case.method in ("ngram", "prompt_lookup") else draft_dir, method=case.method,
-                num_speculative_tokens=case.num_draft_tokens)
+    try:
+        engine.load(target_dir, None if case.method in ("ngram", "prompt_lookup") else draft_dir, method=case.method,
+                    num_speculative_tokens=case.num_draft_tokens)
+    except BaseException:
+        # closed, and not loaded: the next case loads again (the earlier configuration is
+        # gone); a stale mark (an earlier call raised: mark_stale) stays, it says why
+        if current is not None and current[0] != "stale":
+            with contextlib.suppress(TypeError, KeyError):
+                del _LOADED[state]
+        raise
     try:
         _LOADED[state] = key
     except TypeError:

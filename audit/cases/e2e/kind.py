@@ -68,6 +68,10 @@ class E2EKind:
         bins = min(support_size(64, case.length), PLAN_MAX_BINS)
         return [(bins, False), (bins, True)]
 
+    prepares_sampler = True
+    """Preparing a case loads the engine in the case's configuration: the pilot prepares it
+    again before each of its calls (:mod:`~specexact.audit.run.pilot`)."""
+
     def prepare(self, case: E2ECase, device, engine):
         ensure_loaded(engine, case)
         case_models(case)

@@ -32,14 +32,14 @@ from hypothesis import HealthCheck, Phase, Verbosity, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 
-from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of
+from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of, within_context
 from specexact.decoders.engines.protocol import GenerationRequest
 from specexact.decoders.tiny_models import CATALOG
 from specexact.fuzz.generation import within_processing
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.strategies.scenarios import Scenario, e2e_scenarios, scenario_axes
 
-__all__ = ["ScenarioCase", "SCENARIO_BANDS", "SCENARIO_REQUESTS_PER_SHAPE", "KEY_AXES", "OTHER_AXES", "COST_CAP", "MAX_SCENARIOS", "axes_reached", "cost", "CANDIDATES",
+__all__ = ["ScenarioCase", "SCENARIO_BANDS", "SCENARIO_REQUESTS_PER_SHAPE", "SERIAL_REQUESTS_PER_SHAPE", "requests_per_shape", "KEY_AXES", "OTHER_AXES", "COST_CAP", "MAX_SCENARIOS", "axes_reached", "cost", "CANDIDATES",
            "scenario_strategy", "draw_scenarios", "coverage", "scenario_case", "scenario_cases", "scenario_seed"]
 
 SCENARIO_BANDS = ((0, 8), (8, 16), (16, 32), (32, 64))
@@ -47,7 +47,16 @@ SCENARIO_BANDS = ((0, 8), (8, 16), (16, 32), (32, 64))
 ``max_tokens``): within the first 16-token block, the rest of it, the second block, past 32."""
 
 SCENARIO_REQUESTS_PER_SHAPE = 16
-"""Requests of each shape in every generate call (the per-token checks' samples)."""
+"""Requests of each shape in every generate call (the per-token checks' samples), for an
+engine that runs a call's requests together (vLLM, the built-in engine)."""
+
+SERIAL_REQUESTS_PER_SHAPE = 4
+"""Requests of each shape in every generate call for an engine that runs them one at a time
+(:func:`requests_per_shape`). Its call costs the sum of its requests, so 16 per shape bought
+no speed and set the budget planner's floor (2 calls and the reproducibility pair) 4 times
+higher: on a loaded 2-core machine (2026-12-07) mlx-lm's and transformers' 300 s audits left
+out every scenario but a one-token one (mlx-lm: ≈729 s for scenario 2's floor). The planner
+gives the smaller calls more of them: the same samples per second."""
 
 CANDIDATES = 400
 """Scenarios Hypothesis draws before the best-covering are kept (:func:`draw_scenarios`). At
@@ -196,46 +205,69 @@ class ScenarioCase(E2ECase):
         return d
 
 
+def requests_per_shape(caps) -> int:
+    """Requests of each shape per generate call for an engine of capabilities ``caps``:
+    :data:`SERIAL_REQUESTS_PER_SHAPE` where it runs requests one at a time
+    (``max_batch_size == 1``: transformers, mlx-lm), else :data:`SCENARIO_REQUESTS_PER_SHAPE`."""
+    return SERIAL_REQUESTS_PER_SHAPE if caps.max_batch_size == 1 else SCENARIO_REQUESTS_PER_SHAPE
+
+
 def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pair: str = "llama-v64",
-                  name: str = "scenario", requests_per_class: int = SCENARIO_REQUESTS_PER_SHAPE,
+                  name: str = "scenario", requests_per_class: int | None = None,
                   draw: tuple[int, int] | None = None) -> ScenarioCase:
     """The case of ``scenario`` for ``engine``: ``e2e-<pair>-<method>-<name>``.
 
-    Each shape's parameters within the engine's declared processing
+    ``requests_per_class`` requests of each shape per call (default: :func:`requests_per_shape`
+    of the engine). Each shape's parameters within the engine's declared processing
     (:func:`~specexact.fuzz.generation.within_processing`), ``min_tokens`` and EOS only where
-    it implements them; the bands of :data:`SCENARIO_BANDS` below its longest output.
+    it implements them, prompt plus ``max_tokens`` within its declared context
+    (:func:`~specexact.audit.cases.e2e.case.within_context`: ``max_tokens`` lowered, a shape
+    whose prompt leaves no room left out); the bands of :data:`SCENARIO_BANDS` below its
+    longest output.
 
     Raises
     ------
     ValueError
-        ``method`` is not one the engine declares.
+        ``method`` is not one the engine declares, or no shape's prompt fits the engine's
+        context.
     """
     caps = engine.capabilities()
     if method not in caps.methods:
         raise ValueError(f"engine {engine.name!r} does not run method {method!r}; it declares {list(caps.methods)}")
+    if requests_per_class is None:
+        requests_per_class = requests_per_shape(caps)
     if pair not in CATALOG:
         raise ValueError(f"pair must be one of {sorted(CATALOG)}, got {pair!r}")
     V = int(CATALOG[pair].spec.vocab_size)
-    classes = []
+    classes, clipped = [], False
     for s in scenario.shapes:
         eos = bool(s.eos and caps.eos)
-        classes.append(E2ERowClass(s.prompt(V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
-                                   min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos))
+        rc = E2ERowClass(s.prompt(V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
+                         min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos)
+        fit = within_context(rc, caps.max_context)
+        clipped = clipped or fit != rc
+        if fit is not None:
+            classes.append(fit)
+    if not classes:
+        raise ValueError(f"scenario {scenario.describe()!r}: no prompt leaves room for a new token within the "
+                         f"engine's context of {caps.max_context} tokens")
     length = max(rc.max_tokens for rc in classes)
     bands = tuple((a, b) for a, b in SCENARIO_BANDS if a < length)
+    fitted = (f"; max_tokens within the engine's context of {caps.max_context} tokens (prompt + output)"
+              if clipped else "")
     return ScenarioCase(
         name=f"e2e-{pair}-{method}-{name}", pair=pair, method=method, num_speculative_tokens=scenario.gamma,
         row_classes=tuple(classes), requests_per_class=requests_per_class, engine=engine.name,
         check_acceptance=(False,) * len(classes), position_bands=bands, **seed_checks_of(caps),
-        description=f"{engine.name} {method} on {pair}, generated scenario: {scenario.describe()}",
+        description=f"{engine.name} {method} on {pair}, generated scenario: {scenario.describe()}{fitted}",
         tags=("e2e", "scenario"), scenario=scenario, draw=draw)
 
 
 def scenario_cases(engine, method: str = "draft_model", *, seed: int = 0, n: int | None = None,
-                   pair: str = "llama-v64",
-                   requests_per_class: int = SCENARIO_REQUESTS_PER_SHAPE) -> list[ScenarioCase]:
+                   pair: str = "llama-v64", requests_per_class: int | None = None) -> list[ScenarioCase]:
     """``n`` generated scenario cases ``e2e-<pair>-<method>-scenario-1..n`` of the audit seed
-    ``seed`` (:func:`draw_scenarios`, :func:`scenario_case`)."""
+    ``seed`` (:func:`draw_scenarios`, :func:`scenario_case`; ``requests_per_class`` default:
+    :func:`requests_per_shape` of the engine)."""
     return [scenario_case(engine, s, method, pair=pair, name=f"scenario-{k}", requests_per_class=requests_per_class,
                           draw=(int(seed), i))
             for k, (i, s) in enumerate(draw_scenarios(seed, n), 1)]

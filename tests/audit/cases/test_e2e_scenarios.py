@@ -1,20 +1,26 @@
 """Generated end-to-end scenarios as audit cases (audit/cases/e2e/scenarios.py): drawn from the
 audit seed, reaching the issue's axes, checked token by token; the correct engine passes."""
 
+from dataclasses import replace
+
 import pytest
 
 from specexact.audit import run_audit
 from specexact.audit.cases.dispatch import checks_per_case
+from specexact.audit.cases.e2e.case import within_context
 from specexact.audit.cases.e2e.catalog import e2e_cases
 from specexact.audit.cases.e2e.scenarios import (
     COST_CAP,
     KEY_AXES,
     OTHER_AXES,
     SCENARIO_BANDS,
+    SCENARIO_REQUESTS_PER_SHAPE,
+    SERIAL_REQUESTS_PER_SHAPE,
     ScenarioCase,
     axes_reached,
     cost,
     draw_scenarios,
+    requests_per_shape,
     scenario_case,
     scenario_cases,
 )
@@ -64,6 +70,63 @@ def test_a_scenario_case_has_the_shapes_bands_and_seeds():
     assert checks_per_case(case) == 2 * 3 + 1 + 2  # and the two seed checks
     with pytest.raises(ValueError, match="does not run method 'ngram'"):
         scenario_case(ENGINE, case.scenario, "ngram")
+
+
+class ContextLimitedEngine(BuiltinEngine):
+    """The built-in engine declaring a context of 64 tokens (as the vLLM adapter does:
+    vLLM ends an output at ``max_model_len`` without EOS)."""
+
+    def capabilities(self):
+        return replace(super().capabilities(), max_context=64)
+
+
+def test_cases_keep_every_request_within_the_engines_declared_context():
+    # fails on the old code: a 48-token prompt with 64 new tokens (the draw's largest shape)
+    # and the long case's 41-token prompt with 48 went to an engine whose context is 64
+    # (vLLM's max_model_len): it ends such outputs without EOS, a protocol break of ours
+    engine = ContextLimitedEngine()
+    shapes = (RequestShape(prompt_len=48, prompt_seed=1, max_tokens=64, min_tokens=30, eos=True),
+              RequestShape(prompt_len=3, prompt_seed=2, max_tokens=20),
+              RequestShape(prompt_len=64, prompt_seed=3, max_tokens=5))
+    case = scenario_case(engine, Scenario(gamma=4, shapes=shapes, seed=0), requests_per_class=2)
+    assert [(len(rc.prompt), rc.max_tokens, rc.min_tokens) for rc in case.row_classes] == [(48, 16, 16), (3, 20, 0)]
+    assert case.position_bands == ((0, 8), (8, 16), (16, 32)) and "context of 64 tokens" in case.description
+    assert scenario_case(ENGINE, case.scenario, requests_per_class=2).row_classes[0].max_tokens == 64  # no limit
+    for c in e2e_cases(engine, "draft_model", scenarios=True, long_case_too=True, scenario_seed=0):
+        assert all(len(rc.prompt) + rc.max_tokens <= 64 and rc.min_tokens <= rc.max_tokens for rc in c.row_classes), c.name
+    long = e2e_cases(engine, "draft_model", long_case_too=True)[-1]
+    assert [rc.max_tokens for rc in long.row_classes] == [48, 48, 45, 23] and "context of 64" in long.description
+    with pytest.raises(ValueError, match="no prompt leaves room"):
+        scenario_case(engine, Scenario(gamma=1, shapes=shapes[2:], seed=0))
+    with pytest.raises(ValueError, match="max_context must be an integer >= 2 or None, got 1"):
+        within_context(case.row_classes[0], 1)
+    with pytest.raises(ValueError, match="max_context must be an integer >= 2 or None, got 0"):
+        replace(engine.capabilities(), max_context=0)
+
+
+class OneAtATimeEngine(BuiltinEngine):
+    """The built-in engine declaring what transformers' and mlx-lm's adapters declare: one
+    request per call (``max_batch_size=1``; the adapter loops over a call's requests)."""
+
+    def capabilities(self):
+        return replace(super().capabilities(), max_batch_size=1)
+
+
+def test_engines_that_run_requests_one_at_a_time_get_smaller_scenario_calls():
+    # fails on the old code (16 per shape for every engine): a one-at-a-time engine's call
+    # costs the sum of its requests, so 16 per shape only raised the planner's floor
+    assert [c.requests_per_class for c in scenario_cases(OneAtATimeEngine(), seed=0)] == \
+        [SERIAL_REQUESTS_PER_SHAPE] * len(CASES) == [4] * len(CASES)
+    assert [c.requests_per_class for c in CASES] == [SCENARIO_REQUESTS_PER_SHAPE] * len(CASES) == [16] * len(CASES)
+    assert requests_per_shape(ENGINE.capabilities()) == 16  # batched, though seeded per call
+    assert scenario_case(OneAtATimeEngine(), CASES[0].scenario, requests_per_class=9).requests_per_class == 9
+
+
+def test_the_vllm_adapter_declares_its_context():
+    from specexact.decoders.engines.vllm import VllmEngine
+
+    assert VllmEngine().capabilities().max_context == 64
+    assert VllmEngine(max_model_len=40).capabilities().max_context == 40
 
 
 def test_an_engine_audit_draws_the_scenarios_of_its_seed_first():

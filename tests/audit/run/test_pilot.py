@@ -159,3 +159,75 @@ def test_a_case_the_pilot_did_not_time_is_left_out_with_the_reason(alpha):
     (left_out,) = [s for s in report["settings"]["skipped_cases"] if s["case"] == CASES[1].name]
     assert left_out["kind"] == "budget" and "not timed" in left_out["reason"] and "pilot" in left_out["reason"]
     assert [c["name"] for c in report["cases"]] == [CASES[0].name]
+
+
+def test_the_pilot_times_each_end_to_end_case_on_its_own_engine_configuration():
+    """Fails on the old pilot: it prepared (loaded the engine for) every case first and then
+    timed every case's call on the last one's configuration (the long case's γ = 4 for a
+    γ = 1 scenario), and the loads of cases it never timed spent its share (vLLM, 300 s
+    audit, 2026-12-07: only the first scenario was timed)."""
+    from specexact.audit.cases.e2e.catalog import e2e_cases
+    from specexact.audit.cases.e2e.scenarios import scenario_case
+    from specexact.audit.run.pilot import pilot_costs
+    from specexact.decoders.engines.builtin import BuiltinEngine
+    from specexact.strategies import RequestShape, Scenario
+
+    class RecordingEngine(BuiltinEngine):
+        def __init__(self):
+            super().__init__()
+            self.log = []
+
+        def load(self, target_dir, draft_dir, *, method, num_speculative_tokens):
+            self.log.append(("load", num_speculative_tokens))
+            super().load(target_dir, draft_dir, method=method, num_speculative_tokens=num_speculative_tokens)
+
+        def generate(self, requests, *, speculative):
+            self.log.append(("generate", self.num_speculative_tokens, len(requests)))
+            return super().generate(requests, speculative=speculative)
+
+    engine = RecordingEngine()
+    small = Scenario(gamma=4, seed=0, shapes=(RequestShape(prompt_len=3, prompt_seed=1, max_tokens=2),))
+    cases = [e2e_cases(engine, "draft_model", requests_per_class=2)[0],  # γ = 2, 16 requests
+             scenario_case(engine, small, requests_per_class=3)]  # γ = 4, 3 requests
+    costs = pilot_costs(cases, verifier=engine)
+    assert all(c is not None for c in costs)
+    gens = [e for e in engine.log if e[0] == "generate"]
+    sizes = {len(c.requests(1, 0)): c.num_speculative_tokens for c in cases}
+    assert sizes and all(g[1] == sizes[g[2]] for g in gens if g[2] in sizes), engine.log
+    assert [e for e in engine.log if e[0] == "load"][:2] == [("load", 2), ("load", 4)], engine.log
+    # the old pilot's loads: both configurations first, then every call at γ = 4
+
+    # a share spent on the first case: the second is neither timed nor loaded
+    engine.log.clear()
+    assert pilot_costs(cases, verifier=engine, time_s=1e-9)[1] is None
+    assert ("load", 4) not in engine.log, engine.log
+
+
+def test_an_engine_that_cannot_load_a_cases_configuration_is_not_an_error_of_the_pilot():
+    """vLLM cannot start another engine once its n-gram proposer imported numba: the pilot,
+    which now loads each case's configuration before timing it, stopped the audit with an
+    internal error (tox -e vllm-e2e's ngram audit, 2026-12-07). The case is charged the call
+    limit (none without one: not timed) and its own run meets the load."""
+    from specexact.audit.cases.e2e.catalog import e2e_cases
+    from specexact.audit.cases.e2e.scenarios import scenario_case
+    from specexact.audit.run.pilot import pilot_costs
+    from specexact.decoders.engines.builtin import BuiltinEngine
+    from specexact.strategies import RequestShape, Scenario
+
+    class OneConfigurationEngine(BuiltinEngine):
+        def load(self, target_dir, draft_dir, *, method, num_speculative_tokens):
+            if num_speculative_tokens != 2:
+                raise AttributeError("'_lib_fn_wrapper' object has no attribute 'get'")
+            super().load(target_dir, draft_dir, method=method, num_speculative_tokens=num_speculative_tokens)
+
+    engine = OneConfigurationEngine()
+    small = Scenario(gamma=4, seed=0, shapes=(RequestShape(prompt_len=3, prompt_seed=1, max_tokens=2),))
+    cases = [e2e_cases(engine, "draft_model", requests_per_class=2)[0], scenario_case(engine, small, requests_per_class=3)]
+    costs = pilot_costs(cases, verifier=engine)
+    assert costs[0] is not None and costs[1] is None
+    # the failed load closed the engine: the first case's run loads it again (it did not, and
+    # reported "generate called before load()" as the engine's defect)
+    from specexact.audit import run_case
+
+    result = run_case(cases[0], engine, false_fail_rate=1e-3, seed=0, num_batches=2)
+    assert result.defect is None, result.defect

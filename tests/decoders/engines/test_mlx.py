@@ -12,6 +12,7 @@ from specexact.decoders.engines.mlx import MLX_PROCESSING, MlxEngine, processor_
 from specexact.decoders.params import SamplingParams  # noqa: E402
 from specexact.decoders.tiny_models import exact_sequence_law, expected_acceptance, load_model  # noqa: E402
 from specexact.exactness.goodness_of_fit import chisquare_gof  # noqa: E402
+from specexact.strategies import RequestShape, Scenario  # noqa: E402
 
 V, GAMMA = 64, 3
 PROMPT = (5, 6, 7, 8, 5, 6)
@@ -125,3 +126,19 @@ def test_speculative_greedy_with_a_penalty_is_plain_greedy(engine):
     spec = [r.token_ids for r in engine.generate(reqs, speculative=True)]
     plain = [r.token_ids for r in engine.generate(reqs, speculative=False)]
     assert spec == plain
+
+
+# One generated-scenario case (the audit's kind: audit/cases/e2e/scenarios.py), by hand: γ = 3,
+# two prompt lengths in one call, 16 new tokens (two position bands), temperature with top-k,
+# EOS reachable (mlx-lm has no min_tokens), top-p with min-p. No penalty: with one, speculative
+# generation follows another law than plain (the finding above), which the penalty test shows.
+SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
+    RequestShape(prompt_len=3, prompt_seed=1, params=SamplingParams(temperature=0.8, top_k=20), max_tokens=16,
+                 eos=True),
+    RequestShape(prompt_len=20, prompt_seed=2, params=SamplingParams(top_p=0.9, min_p=0.05), max_tokens=16)))
+
+
+@pytest.mark.statistical(checks=5)  # token_law and plain_token_law in two bands, reproducible
+def test_a_generated_scenario_case_passes_token_by_token(engine, run_scenario, alpha):
+    result, checks = run_scenario(engine, SCENARIO, alpha)
+    assert len(checks) == 5 and all(c.passed for c in checks.values()), [str(c) for c in result.checks]

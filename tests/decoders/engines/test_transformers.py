@@ -15,6 +15,7 @@ from specexact.decoders.engines.transformers import (
 from specexact.decoders.params import SamplingParams
 from specexact.decoders.tiny_models import exact_sequence_law
 from specexact.exactness.goodness_of_fit import chisquare_gof
+from specexact.strategies import RequestShape, Scenario
 
 V, GAMMA = 64, 3
 PROMPT = (5, 6, 7, 8, 5, 6)  # repeats itself: prompt lookup finds drafts
@@ -170,3 +171,20 @@ def test_assistant_drafts_with_the_requests_temperature(engines, monkeypatch):
     with torch.no_grad():
         raw = draft(torch.tensor([PROMPT])).logits[0, -1].float()
     assert torch.allclose(calls[0].scores[0][0], raw / T, atol=1e-4)
+
+
+# One generated-scenario case (the audit's kind: audit/cases/e2e/scenarios.py), by hand: γ = 3,
+# two prompt lengths in one call, 16 new tokens (two position bands), temperature with top-k,
+# min_tokens with EOS reachable, top-p with a repetition penalty. The assistant's doubled
+# warpers (below) make it under-accept, not inexact: every band passes.
+SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
+    RequestShape(prompt_len=3, prompt_seed=1, params=SamplingParams(temperature=0.8, top_k=20), max_tokens=16,
+                 min_tokens=2, eos=True),
+    RequestShape(prompt_len=20, prompt_seed=2, params=SamplingParams(top_p=0.9, repetition_penalty=1.3),
+                 max_tokens=16)))
+
+
+@pytest.mark.statistical(checks=5)  # token_law and plain_token_law in two bands, reproducible
+def test_a_generated_scenario_case_passes_token_by_token(engines, run_scenario, alpha):
+    result, checks = run_scenario(engines["draft_model"], SCENARIO, alpha)
+    assert len(checks) == 5 and all(c.passed for c in checks.values()), [str(c) for c in result.checks]
