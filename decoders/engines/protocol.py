@@ -14,6 +14,9 @@ Layouts
 - ``min_tokens``: EOS is masked (probability 0) until that many tokens were generated;
 - ``seed``: one per request; the same request with the same seed must give the same output
   (a seeded engine that does not is a defect, found by the reproducibility check);
+- ``arrival``: the engine step at which the request is added (0: with the first); an engine
+  with a scheduler that declares ``"arrival"`` (:attr:`EngineCapabilities.scheduler`) drives
+  its own step loop and adds it then, any other engine ignores it (the law does not depend on it);
 - ``logprobs``: asked per request; an engine that declares them
   (:attr:`EngineCapabilities.logprobs`) returns the natural log of each emitted token's
   probability, one per token, under the law it declares (the processed law the token was
@@ -31,6 +34,7 @@ from specexact.decoders.processing import BUILTIN_PROCESSING, LogitsProcessing
 
 __all__ = [
     "SPECULATIVE_METHODS",
+    "SCHEDULER_AXES",
     "GenerationRequest",
     "GenerationResult",
     "EngineCapabilities",
@@ -45,6 +49,14 @@ law (``draft_model``), a draft model's argmax (``draft_model_greedy``: point-mas
 n-gram matching on the context (``ngram``, vLLM) and prompt lookup (``prompt_lookup``,
 transformers). The law of the output must be the target's under every method; only the
 acceptance differs."""
+
+
+SCHEDULER_AXES = ("arrival", "preemption", "chunked_prefill", "prefix_caching", "max_num_seqs")
+"""Scheduler axes an engine may declare (:attr:`EngineCapabilities.scheduler`): requests added
+at their own engine step (:attr:`GenerationRequest.arrival`), and the settings of
+:class:`~specexact.strategies.SchedulerSettings` it maps to its own options (a KV cache small
+enough to preempt, chunked prefill with a per-step token budget, prefix caching, a batch
+limit), given to ``load(..., scheduler=settings)``."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,16 @@ class GenerationRequest:
     logprobs : bool, default False
         Return the emitted tokens' logprobs (:attr:`GenerationResult.logprobs`); only asked
         of an engine that declares them (:attr:`EngineCapabilities.logprobs`).
+    arrival : int, default 0
+        The engine step at which the request is added (module docstring); ignored by an
+        engine that does not declare ``"arrival"``.
 
     Raises
     ------
     ValueError
         An empty prompt, a negative token id, ``max_tokens < 1``, ``min_tokens`` outside
-        ``[0, max_tokens]``, a negative ``eos_token_id`` or seed; the message names the field.
+        ``[0, max_tokens]``, a negative ``eos_token_id``, seed or arrival; the message names
+        the field.
     """
 
     prompt_token_ids: tuple[int, ...]
@@ -85,6 +101,7 @@ class GenerationRequest:
     eos_token_id: int | None = None
     seed: int = 0
     logprobs: bool = False
+    arrival: int = 0
 
     def __post_init__(self) -> None:
         prompt = tuple(int(t) for t in self.prompt_token_ids)
@@ -101,11 +118,15 @@ class GenerationRequest:
             raise ValueError(f"eos_token_id must be >= 0 or None, got {self.eos_token_id!r}")
         if int(self.seed) < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+        if int(self.arrival) < 0:
+            raise ValueError(f"arrival must be >= 0, got {self.arrival!r}")
 
     def to_dict(self) -> dict:
-        """JSON-ready form (replays, reports)."""
+        """JSON-ready form (replays, reports); ``arrival`` only when set (earlier form otherwise)."""
         d = asdict(self)
         d["prompt_token_ids"] = list(self.prompt_token_ids)
+        if not d["arrival"]:
+            del d["arrival"]
         return d
 
     @classmethod
@@ -194,6 +215,12 @@ class EngineCapabilities:
         which law: the processed law the token was drawn from (temperature, truncation,
         penalties and the ``min_tokens`` mask as :attr:`processing` declares them), or the
         raw model's (``log_softmax`` of the unprocessed logits); ``None``: not returned.
+    scheduler : tuple of str
+        The :data:`SCHEDULER_AXES` the engine implements: ``"arrival"`` (it adds each request
+        at its :attr:`GenerationRequest.arrival` step of its own loop) and the settings its
+        ``load(..., scheduler=...)`` maps to its options. ``()`` (default): the engine has no
+        scheduler of its own (every generate call runs its requests together); arrival steps
+        and scheduler settings do not apply to it, and its law does not depend on them.
     """
 
     methods: tuple[str, ...]
@@ -209,8 +236,13 @@ class EngineCapabilities:
     draft_sampling: str = "request"
     first_round_after_token: bool = False
     logprobs: str | None = None
+    scheduler: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        axes = tuple(self.scheduler)
+        if any(a not in SCHEDULER_AXES for a in axes):
+            raise ValueError(f"scheduler must be a tuple of {SCHEDULER_AXES}, got {self.scheduler!r}")
+        object.__setattr__(self, "scheduler", axes)
         if self.logprobs not in (None, "processed", "raw"):
             raise ValueError(f"logprobs must be None, 'processed' or 'raw', got {self.logprobs!r}")
         if self.acceptance_scheme not in ("tokenwise", "sample_compare"):
@@ -232,6 +264,7 @@ class EngineCapabilities:
         d = asdict(self)
         d["methods"] = list(self.methods)
         d["processing"] = self.processing.to_dict()
+        d["scheduler"] = list(self.scheduler)
         return d
 
 
