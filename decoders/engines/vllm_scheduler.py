@@ -30,7 +30,12 @@ preemptions (``RequestOutput.metrics.num_preemptions``, vLLM's ``RequestStateSta
 filled when the ``LLM`` logs stats), the prompt tokens served from the prefix cache
 (``RequestOutput.num_cached_tokens``), the step of each request's first token (a prompt
 longer than the per-step budget can only have been prefilled in chunks, over several steps),
-and the drafts of each request's first verify step (``spec_decode_metrics.per_step_drafted``).
+and each request's steps without drafts: vLLM's ``spec_decode_metrics.per_step_drafted`` lists
+only the steps that verified drafts, so a request that emitted ``n`` tokens, ``a`` of them
+accepted drafts, after ``p`` preemptions (each resume recomputes and samples one token
+without drafts), ran ``n - 1 - a - p`` decode steps, of which ``len(per_step_drafted)``
+verified drafts: the rest had none (an n-gram proposer without a match). This is a lower
+bound (a step whose tokens ``max_tokens`` or EOS cut counts fewer tokens than it decided).
 """
 
 from __future__ import annotations
@@ -91,6 +96,8 @@ class ScheduleEvidence:
         The step whose output first held a token of each request (request order).
     first_round_drafted : list of int or None
         Drafts of each request's first verify step (None: no speculative step, or plain).
+    undrafted_steps : list of int or None
+        Per request, decode steps without drafts (module docstring; a lower bound; None: plain).
     """
 
     steps: int = 0
@@ -101,6 +108,11 @@ class ScheduleEvidence:
     arrivals: list = field(default_factory=list)
     first_token_steps: list = field(default_factory=list)
     first_round_drafted: list = field(default_factory=list)
+    undrafted_steps: list = field(default_factory=list)
+
+    def rows_without_drafts(self) -> int:
+        """Requests with at least one decode step without drafts."""
+        return sum(1 for u in self.undrafted_steps if u)
 
     def prefill_steps(self) -> list[int]:
         """Per request, the steps from its arrival to its first token, that step included."""
@@ -182,7 +194,13 @@ def run_steps(llm_engine, prompts: Sequence[Sequence[int]], params: Sequence[Any
     ev.preempted_requests = sum(1 for p in preempt if p)
     cached = [int(getattr(o, "num_cached_tokens", 0) or 0) for o in final]
     ev.cached_tokens, ev.requests_with_cache_hits = sum(cached), sum(1 for c in cached if c > 0)
-    for o in final:
+    for o, p in zip(final, preempt):
         m = getattr(o.outputs[0], "spec_decode_metrics", None)
         ev.first_round_drafted.append(int(m.per_step_drafted[0]) if m is not None and m.per_step_drafted else None)
+        if m is None:
+            ev.undrafted_steps.append(None)
+            continue
+        accepted = sum(j * c for j, c in enumerate(m.histogram))
+        decode_steps = len(o.outputs[0].token_ids) - 1 - accepted - int(p or 0)
+        ev.undrafted_steps.append(max(decode_steps - len(m.per_step_drafted), 0))
     return final, ev

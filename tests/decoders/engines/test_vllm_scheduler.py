@@ -62,11 +62,27 @@ def test_requests_arrive_at_their_step_and_come_back_in_order():
     assert ev.first_token_steps == [0, 2, 9] and ev.arrivals == [0, 2, 9] and ev.steps == 10
     assert ev.prefill_steps() == [1, 1, 1]
     assert (ev.preemptions, ev.preempted_requests, ev.cached_tokens, ev.requests_with_cache_hits) == (1, 1, 12, 3)
-    assert ev.first_round_drafted == [None, None, None]
+    assert ev.first_round_drafted == [None, None, None] and ev.undrafted_steps == [None, None, None]
+    assert ev.rows_without_drafts() == 0
     with pytest.raises(ValueError, match="one entry per request"):
         run_steps(FakeEngine(), [[5]], params, [0])
     with pytest.raises(ValueError, match="arrivals must be >= 0"):
         run_steps(FakeEngine(), [[5]], params[:1], [-1])
+
+
+
+def test_steps_without_drafts_are_counted_from_vllms_per_request_metrics():
+    class Drafting(FakeEngine):
+        def step(self):
+            outs = super().step()
+            for o in outs:  # 6 tokens: 1 from the prefill, 2 accepted, 1 resume: 2 decode steps, 1 with drafts
+                o.outputs[0].spec_decode_metrics = SimpleNamespace(per_step_drafted=[3], histogram=[0, 0, 1])
+            return outs
+
+    eng = Drafting()
+    _, ev = run_steps(eng, [[5], [6]], [SimpleNamespace(max_tokens=6)] * 2, [0, 0])
+    assert ev.first_round_drafted == [3, 3]
+    assert ev.undrafted_steps == [1, 2] and ev.rows_without_drafts() == 2  # request 0 was preempted once
 
 
 def test_the_protocol_carries_arrival_and_the_declared_axes():

@@ -1,9 +1,10 @@
 """A seeded scheduler scenario on the real vLLM (run by ``test_vllm.py`` in a fresh process:
 once the n-gram proposer imported numba no other ``LLM`` starts in a process).
 
-``python tests/decoders/engines/vllm_scheduler_scenario.py [--chunked]`` runs
-:data:`SCENARIO` (``--chunked``: with chunked prefill, :data:`CHUNK_TOKENS` per step) as an
-n-gram scenario case through :func:`specexact.audit.run_case` on 2 generate calls and prints
+``python tests/decoders/engines/vllm_scheduler_scenario.py [--chunked] [--false-fail-rate A]``
+runs :data:`SCENARIO` (``--chunked``: with chunked prefill, :data:`CHUNK_TOKENS` per step) as
+an n-gram scenario case through :func:`specexact.audit.run_case` on 2 generate calls, each
+check at the per-check rate ``A`` (default :data:`FALSE_FAIL_RATE`), and prints
 one JSON line: the checks (name, passed, p-value, detectable TV), the defect, and what vLLM's
 scheduler did in each call (:class:`~specexact.decoders.engines.vllm_scheduler.ScheduleEvidence`).
 """
@@ -40,6 +41,7 @@ SCENARIO = Scenario(gamma=3, seed=5, shared_prefix=36, shapes=(
 
 def main(argv: list[str]) -> dict:
     scenario = SCENARIO
+    rate = float(argv[argv.index("--false-fail-rate") + 1]) if "--false-fail-rate" in argv else FALSE_FAIL_RATE
     if "--chunked" in argv:
         scenario = replace(scenario, scheduler=replace(scenario.scheduler, chunk_tokens=CHUNK_TOKENS))
     engine = VllmEngine()
@@ -53,7 +55,7 @@ def main(argv: list[str]) -> dict:
 
     engine.generate = recorded
     case = scenario_case(engine, scenario, "ngram", requests_per_class=REQUESTS_PER_SHAPE, name="scheduler")
-    result = run_case(case, engine, false_fail_rate=FALSE_FAIL_RATE, seed=0, num_batches=CALLS)
+    result = run_case(case, engine, false_fail_rate=rate, seed=0, num_batches=CALLS)
     engine.close()
     return {"case": case.name, "scenario": scenario.to_dict(), "defect": result.defect,
             "checks": [{"name": c.name, "passed": bool(c.passed), "pvalue": c.pvalue,
