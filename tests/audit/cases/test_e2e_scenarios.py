@@ -12,7 +12,6 @@ from specexact.audit.cases.e2e.scenarios import (
     OTHER_AXES,
     SCENARIO_BANDS,
     SCHEDULER_KEY_AXES,
-    SCHEDULER_OTHER_AXES,
     ScenarioCase,
     axes_reached,
     cost,
@@ -130,10 +129,10 @@ def test_scheduler_draws_reach_the_scheduler_axes_and_leave_other_engines_draws_
         drawn = [s for _, s in draw_scenarios(seed, scheduler=True)]
         assert sum(cost(s) for s in drawn) <= COST_CAP
         reached = set().union(*(axes_reached(s) for s in drawn))
+        # (with the newest and the lowest Hypothesis allowed; the other axes compete for the cost
+        # cap there: which of them a seed misses depends on the version, docs/engines/end-to-end.md)
         assert set(SCHEDULER_KEY_AXES) <= reached, (seed, reached)
-        assert len(set(KEY_AXES + OTHER_AXES + SCHEDULER_KEY_AXES + SCHEDULER_OTHER_AXES) - reached) <= 2, (seed, reached)
         assert not any(s.has_scheduler_axes for _, s in draw_scenarios(seed))
-    assert any("shared_prefix" in axes_reached(s) for seed in range(4) for _, s in draw_scenarios(seed, scheduler=True))
     engine = SchedulingBuiltin()
     assert [c.scenario for c in scenario_cases(engine, seed=0)] == [s for _, s in draw_scenarios(0, scheduler=True)]
 
