@@ -78,7 +78,16 @@ from .truncation import (
     sampling_params,
     sampling_params_family,
 )
-from .scenarios import KV_BLOCK, PARAM_RANGES, RequestShape, Scenario, scenario_axes, e2e_scenarios
+from .scenarios import (
+    KV_BLOCK,
+    PARAM_RANGES,
+    SCHEDULER_RANGES,
+    RequestShape,
+    Scenario,
+    SchedulerSettings,
+    e2e_scenarios,
+    scenario_axes,
+)
 from .trees import TREE_DRAFTING_RULES, TREE_EDGES, TREE_SHAPES, TreeVerifyCase, draft_trees
 from .uniforms import (
     PROBE_PAIR_KINDS,
@@ -125,6 +134,8 @@ __all__ = [
     "PARAM_RANGES",
     "RequestShape",
     "Scenario",
+    "SchedulerSettings",
+    "SCHEDULER_RANGES",
     "LogitsCase",
     "PipelineCase",
     "TreeVerifyCase",

@@ -114,7 +114,10 @@ class BuiltinEngine:
 
         return EngineCapabilities(methods=("draft_model", "draft_model_greedy"), processing=BUILTIN_PROCESSING,
                                   per_request_seed=False, reports_acceptance=True, version="specexact",
-                                  notes="one generator per group of requests, seeded from their seeds",
+                                  notes=("one generator per group of requests, seeded from their seeds; no "
+                                         "scheduler (scheduler=()): every generate call runs its requests "
+                                         "together, arrival steps and scheduler settings do not apply and the "
+                                         "law does not depend on them"),
                                   acceptance_scheme="tokenwise", draft_sampling="request",
                                   first_round_after_token=False, logprobs="processed",
                                   seeds=SeedPromise(other_mix=True, unseeded_independent=True,

@@ -17,6 +17,9 @@ Layouts
   seeded engine that does not is a defect, found by the reproducibility check); what else an
   engine promises (another mix of requests, independent unseeded requests) it declares in
   :attr:`EngineCapabilities.seeds` (:class:`~specexact.decoders.engines.seeds.SeedPromise`);
+- ``arrival``: the engine step at which the request is added (0: with the first); an engine
+  with a scheduler that declares ``"arrival"`` (:attr:`EngineCapabilities.scheduler`) drives
+  its own step loop and adds it then, any other engine ignores it (the law does not depend on it);
 - ``logprobs``: asked per request; an engine that declares them
   (:attr:`EngineCapabilities.logprobs`) returns the natural log of each emitted token's
   probability, one per token, under the law it declares (the processed law the token was
@@ -36,6 +39,7 @@ from .seeds import SeedPromise
 
 __all__ = [
     "SPECULATIVE_METHODS",
+    "SCHEDULER_AXES",
     "GenerationRequest",
     "GenerationResult",
     "EngineCapabilities",
@@ -51,6 +55,14 @@ law (``draft_model``), a draft model's argmax (``draft_model_greedy``: point-mas
 n-gram matching on the context (``ngram``, vLLM) and prompt lookup (``prompt_lookup``,
 transformers). The law of the output must be the target's under every method; only the
 acceptance differs."""
+
+
+SCHEDULER_AXES = ("arrival", "preemption", "chunked_prefill", "prefix_caching", "max_num_seqs")
+"""Scheduler axes an engine may declare (:attr:`EngineCapabilities.scheduler`): requests added
+at their own engine step (:attr:`GenerationRequest.arrival`), and the settings of
+:class:`~specexact.strategies.SchedulerSettings` it maps to its own options (a KV cache small
+enough to preempt, chunked prefill with a per-step token budget, prefix caching, a batch
+limit), given to ``load(..., scheduler=settings)``."""
 
 
 @dataclass(frozen=True)
@@ -77,12 +89,16 @@ class GenerationRequest:
     logprobs : bool, default False
         Return the emitted tokens' logprobs (:attr:`GenerationResult.logprobs`); only asked
         of an engine that declares them (:attr:`EngineCapabilities.logprobs`).
+    arrival : int, default 0
+        The engine step at which the request is added (module docstring); ignored by an
+        engine that does not declare ``"arrival"``.
 
     Raises
     ------
     ValueError
         An empty prompt, a negative token id, ``max_tokens < 1``, ``min_tokens`` outside
-        ``[0, max_tokens]``, a negative ``eos_token_id`` or seed; the message names the field.
+        ``[0, max_tokens]``, a negative ``eos_token_id``, seed or arrival; the message names
+        the field.
     """
 
     prompt_token_ids: tuple[int, ...]
@@ -92,6 +108,7 @@ class GenerationRequest:
     eos_token_id: int | None = None
     seed: int | None = 0
     logprobs: bool = False
+    arrival: int = 0
 
     def __post_init__(self) -> None:
         prompt = tuple(int(t) for t in self.prompt_token_ids)
@@ -108,11 +125,15 @@ class GenerationRequest:
             raise ValueError(f"eos_token_id must be >= 0 or None, got {self.eos_token_id!r}")
         if self.seed is not None and int(self.seed) < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+        if int(self.arrival) < 0:
+            raise ValueError(f"arrival must be >= 0, got {self.arrival!r}")
 
     def to_dict(self) -> dict:
-        """JSON-ready form (replays, reports)."""
+        """JSON-ready form (replays, reports); ``arrival`` only when set (earlier form otherwise)."""
         d = asdict(self)
         d["prompt_token_ids"] = list(self.prompt_token_ids)
+        if not d["arrival"]:
+            del d["arrival"]
         return d
 
     @classmethod
@@ -210,6 +231,12 @@ class EngineCapabilities:
         ``max_model_len``: past it the engine ends the output without EOS, and a prompt of
         that length is refused); ``None``: no limit. The audit's cases keep their requests
         within it (:func:`~specexact.audit.cases.e2e.case.within_context`).
+    scheduler : tuple of str
+        The :data:`SCHEDULER_AXES` the engine implements: ``"arrival"`` (it adds each request
+        at its :attr:`GenerationRequest.arrival` step of its own loop) and the settings its
+        ``load(..., scheduler=...)`` maps to its options. ``()`` (default): the engine has no
+        scheduler of its own (every generate call runs its requests together); arrival steps
+        and scheduler settings do not apply to it, and its law does not depend on them.
     """
 
     methods: tuple[str, ...]
@@ -227,6 +254,7 @@ class EngineCapabilities:
     logprobs: str | None = None
     seeds: SeedPromise = SeedPromise()
     max_context: int | None = None
+    scheduler: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.seeds, SeedPromise):
@@ -234,6 +262,10 @@ class EngineCapabilities:
         if self.max_context is not None and (isinstance(self.max_context, bool) or int(self.max_context) != self.max_context
                                              or self.max_context < 2):
             raise ValueError(f"max_context must be an integer >= 2 or None, got {self.max_context!r}")
+        axes = tuple(self.scheduler)
+        if any(a not in SCHEDULER_AXES for a in axes):
+            raise ValueError(f"scheduler must be a tuple of {SCHEDULER_AXES}, got {self.scheduler!r}")
+        object.__setattr__(self, "scheduler", axes)
         if self.logprobs not in (None, "processed", "raw"):
             raise ValueError(f"logprobs must be None, 'processed' or 'raw', got {self.logprobs!r}")
         if self.acceptance_scheme not in ("tokenwise", "sample_compare"):
@@ -256,6 +288,7 @@ class EngineCapabilities:
         d["methods"] = list(self.methods)
         d["processing"] = self.processing.to_dict()
         d["seeds"] = self.seeds.to_dict()
+        d["scheduler"] = list(self.scheduler)
         return d
 
 

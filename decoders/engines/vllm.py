@@ -28,6 +28,12 @@ library wrapper is not a dict and the start of any further engine in the process
 after ``ngram`` in one process fails with that error: run one configuration per process. The engine core runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set as a default before vLLM is imported).
 
+Scheduler (issue 33): :meth:`VllmEngine.load` takes ``scheduler=SchedulerSettings(...)``
+(mapped to vLLM's options by :mod:`.vllm_scheduler`); with settings given, or a request
+arriving after step 0, :meth:`VllmEngine.generate` drives ``LLM.llm_engine`` step by step
+(``add_request`` at each request's arrival step, ``step`` until done) and keeps what the
+scheduler did in :attr:`VllmEngine.last_schedule`.
+
 Request mapping: :mod:`.vllm_requests`. Semantics declared (:meth:`VllmEngine.capabilities`),
 read in the installed source:
 
@@ -74,9 +80,10 @@ from typing import Sequence
 from specexact.decoders.adapters.vllm_logits import VLLM_PROCESSING
 from specexact.decoders.processing import LogitsProcessing
 
-from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .protocol import SCHEDULER_AXES, EngineCapabilities, GenerationRequest, GenerationResult
 from .seeds import SeedPromise
 from .vllm_requests import generation_results, sampling_params
+from .vllm_scheduler import run_steps, scheduler_kwargs
 
 __all__ = ["VLLM_E2E_PROCESSING", "METHODS", "TESTED_VERSIONS", "VllmEngine", "speculative_config"]
 
@@ -168,6 +175,9 @@ class VllmEngine:
         self._stop_ids: tuple[int, ...] = ()
         self._draft_dir: Path | None = None
         self._raised: set[str] = set()  # which LLM raised since the last load ("speculative", "plain")
+        self.scheduler = None  # the SchedulerSettings of the last load (None: vLLM's defaults)
+        self.last_schedule = None  # ScheduleEvidence of the last step-driven generate call
+        self._calls = 0
 
     # -- loading ---------------------------------------------------------------------------
     def _import(self):
@@ -184,19 +194,25 @@ class VllmEngine:
                   kv_cache_memory_bytes=self.kv_cache_memory_bytes)
         if self.max_num_seqs is not None:
             kw["max_num_seqs"] = int(self.max_num_seqs)
+        kw.update(scheduler_kwargs(self.scheduler))
         return kw
 
-    def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
-        """Start vLLM's speculative ``LLM`` (a running one is closed first).
+    def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int,
+             scheduler=None) -> None:
+        """Start vLLM's speculative ``LLM`` (a running one is closed first); ``scheduler``: a
+        :class:`~specexact.strategies.SchedulerSettings` for both ``LLM`` (:mod:`.vllm_scheduler`).
 
         Raises
         ------
         ValueError
             An unknown ``method``, a bad ``num_speculative_tokens``, a draft-model method
             without ``draft_dir``, or a missing ``target_dir``.
+        TypeError
+            ``scheduler`` is not a ``SchedulerSettings`` or None.
         ImportError
             vLLM is not installed.
         """
+        scheduler_kwargs(scheduler)  # checks it
         target_dir = Path(target_dir)
         if not (target_dir / "config.json").is_file():
             raise ValueError(f"target_dir must hold a config.json, got {str(target_dir)!r}")
@@ -206,6 +222,7 @@ class VllmEngine:
         self.close()
         self.target_dir, self.method, self.num_speculative_tokens = target_dir, method, int(num_speculative_tokens)
         self._draft_dir = None if draft_dir is None else Path(draft_dir)
+        self.scheduler = scheduler
         # The plain LLM first: an engine started after llvmlite was imported (vLLM's n-gram
         # proposer imports numba) crashes in vLLM's kernel-override scan (module docstring).
         self._plain_llm()
@@ -223,8 +240,9 @@ class VllmEngine:
         return (int(eos),) if isinstance(eos, int) else tuple(int(t) for t in eos)
 
     def _plain_llm(self):
-        if self._plain is None:
-            self._plain = self._vllm.LLM(**self._llm_kwargs())
+        if self._plain is None:  # stats on where the scheduler is set: its per-request preemptions
+            stats = {} if self.scheduler is None else {"disable_log_stats": False}
+            self._plain = self._vllm.LLM(**self._llm_kwargs(), **stats)
         return self._plain
 
     # -- the protocol ----------------------------------------------------------------------
@@ -247,7 +265,7 @@ class VllmEngine:
         return EngineCapabilities(
             methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",
-            draft_sampling=draft_sampling, first_round_after_token=True, logprobs="raw",
+            draft_sampling=draft_sampling, first_round_after_token=True, logprobs="raw", scheduler=SCHEDULER_AXES,
             seeds=SeedPromise(other_mix=True, unseeded_independent=True,
                               source="vllm/sampling_params.py (seed: per-request generator, SamplingType.RANDOM_SEED;"
                                      " seed=None: the global generator, LLM(seed=...))"),
@@ -285,7 +303,13 @@ class VllmEngine:
         llm = self._llm if speculative else self._plain_llm()
         prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]
         try:
-            outputs = llm.generate(prompts, params, use_tqdm=False)
+            if self.scheduler is not None or any(r.arrival for r in requests):
+                self._calls += 1
+                outputs, self.last_schedule = run_steps(llm.llm_engine, [p["prompt_token_ids"] for p in prompts],
+                                                        params, [r.arrival for r in requests],
+                                                        id_prefix=f"specexact-{self._calls}-")
+            else:
+                outputs = llm.generate(prompts, params, use_tqdm=False)
         except BaseException:
             self._raised.add("speculative" if speculative else "plain")
             raise

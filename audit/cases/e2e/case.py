@@ -34,6 +34,9 @@ class E2ERowClass:
     min_tokens : int, default 0
     eos : bool, default False
         Whether the request stops at the model's EOS token (``eos_token_id`` set).
+    arrival : int, default 0
+        The engine step at which the class's requests arrive (an engine that declares the
+        ``"arrival"`` scheduler axis adds them then; others ignore it).
     """
 
     prompt: tuple[int, ...]
@@ -41,15 +44,18 @@ class E2ERowClass:
     max_tokens: int
     min_tokens: int = 0
     eos: bool = False
+    arrival: int = 0
 
     def describe(self) -> str:
         lim = f"max_tokens={self.max_tokens}" + (f" min_tokens={self.min_tokens}" if self.min_tokens else "")
-        return f"prompt {list(self.prompt)}; {self.params.describe() or 'plain'}; {lim}; eos {'on' if self.eos else 'off'}"
+        at = f"; arrives at step {self.arrival}" if self.arrival else ""
+        return (f"prompt {list(self.prompt)}; {self.params.describe() or 'plain'}; {lim}; "
+                f"eos {'on' if self.eos else 'off'}{at}")
 
     def request(self, eos_token_id: int, seed: int | None, logprobs: bool = False) -> GenerationRequest:
         return GenerationRequest(prompt_token_ids=self.prompt, params=self.params, max_tokens=self.max_tokens,
                                  min_tokens=self.min_tokens, eos_token_id=eos_token_id if self.eos else None,
-                                 seed=seed, logprobs=logprobs)
+                                 seed=seed, logprobs=logprobs, arrival=self.arrival)
 
 
 def within_context(rc: E2ERowClass, max_context: int | None) -> E2ERowClass | None:
@@ -179,6 +185,12 @@ class E2ECase:
 
     def acceptance_checked(self, c: int) -> bool:
         return bool(self.check_acceptance[c]) if self.check_acceptance is not None else False
+
+    def scheduler_settings(self):
+        """The scheduler settings the engine is loaded with for this case
+        (:class:`~specexact.strategies.SchedulerSettings`), or None: the engine's defaults
+        (a generated scenario's: :class:`~specexact.audit.cases.e2e.scenarios.ScenarioCase`)."""
+        return None
 
     def class_id(self, c: int) -> int:
         return c if self.class_ids is None else self.class_ids[c]

@@ -28,7 +28,7 @@ from specexact.audit.sampler.call_timeout import SamplerCallTimeout, untimed
 from specexact.decoders import VerifierProtocolError
 from specexact.decoders.engines.protocol import check_generation_results
 
-__all__ = ["mark_stale", "stale_reason", "stale_exception", "ensure_loaded", "engine_generate", "generate_call",
+__all__ = ["mark_stale", "stale_reason", "stale_exception", "ensure_loaded", "scheduler_for", "engine_generate", "generate_call",
            "is_crash", "crashing_classes", "search_crashing_classes", "CrashSearch", "FreshProcessWork"]
 
 _LOADED: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
@@ -82,6 +82,9 @@ def ensure_loaded(engine, case: E2ECase) -> None:
     restarts itself instead)."""
     target_dir, draft_dir = model_dirs(case)
     key = (str(target_dir), str(draft_dir), case.method, case.num_draft_tokens)
+    scheduler = scheduler_for(engine, case)
+    if scheduler is not None:  # the settings are part of the configuration
+        key += (scheduler,)
     state = _state_of(engine)  # loads go through ``engine`` (its limit), the state is the engine's own
     try:
         current = _LOADED.get(state)
@@ -96,9 +99,10 @@ def ensure_loaded(engine, case: E2ECase) -> None:
         return
     if current is not None:
         engine.close()
+    extra = {} if scheduler is None else {"scheduler": scheduler}
     try:
         engine.load(target_dir, None if case.method in ("ngram", "prompt_lookup") else draft_dir, method=case.method,
-                    num_speculative_tokens=case.num_draft_tokens)
+                    num_speculative_tokens=case.num_draft_tokens, **extra)
     except BaseException:
         # closed, and not loaded: the next case loads again (the earlier configuration is
         # gone); a stale mark (an earlier call raised: mark_stale) stays, it says why
@@ -110,6 +114,18 @@ def ensure_loaded(engine, case: E2ECase) -> None:
         _LOADED[state] = key
     except TypeError:
         pass
+
+
+def scheduler_for(engine, case: E2ECase):
+    """The scheduler settings ``engine`` is loaded with for ``case``: the case's
+    (:meth:`E2ECase.scheduler_settings`) where they are not the defaults and the engine
+    declares scheduler axes beyond ``"arrival"`` (``EngineCapabilities.scheduler``), else None
+    (``load`` is then called as before: an engine without a scheduler ignores them)."""
+    settings = case.scheduler_settings()
+    if settings is None or settings.is_default:
+        return None
+    axes = set(engine.capabilities().scheduler) - {"arrival"}
+    return settings if axes else None
 
 
 def engine_generate(engine, requests, speculative: bool):

@@ -39,7 +39,7 @@ from specexact.fuzz.generation import within_processing
 from specexact.fuzz.hypothesis_env import without_local_constants
 from specexact.strategies.scenarios import Scenario, e2e_scenarios, scenario_axes
 
-__all__ = ["ScenarioCase", "SCENARIO_BANDS", "SCENARIO_REQUESTS_PER_SHAPE", "SERIAL_REQUESTS_PER_SHAPE", "requests_per_shape", "KEY_AXES", "OTHER_AXES", "COST_CAP", "MAX_SCENARIOS", "axes_reached", "cost", "CANDIDATES",
+__all__ = ["ScenarioCase", "SCENARIO_BANDS", "SCENARIO_REQUESTS_PER_SHAPE", "SERIAL_REQUESTS_PER_SHAPE", "requests_per_shape", "KEY_AXES", "OTHER_AXES", "COST_CAP", "MAX_SCENARIOS", "SCHEDULER_KEY_AXES", "SCHEDULER_OTHER_AXES", "axes_reached", "cost", "CANDIDATES",
            "scenario_strategy", "draw_scenarios", "coverage", "scenario_case", "scenario_cases", "scenario_seed"]
 
 SCENARIO_BANDS = ((0, 8), (8, 16), (16, 32), (32, 64))
@@ -65,10 +65,11 @@ no output past position 32; 6.170: seeds 1 and 3 had none); at 400 seeds 0-3 rea
 under both (3 s of drawing, once per process and seed: cached)."""
 
 
-def scenario_strategy():
+def scenario_strategy(scheduler: bool = False):
     """The strategy the audit draws from: :func:`~specexact.strategies.e2e_scenarios` with
-    γ up to 8, up to 4 shapes per call, prompts up to 48 tokens, up to 64 new tokens."""
-    return e2e_scenarios(max_gamma=8, max_shapes=4, max_prompt=48, max_tokens=64)
+    γ up to 8, up to 4 shapes per call, prompts up to 48 tokens, up to 64 new tokens; with
+    ``scheduler`` (an engine that declares scheduler axes) the scheduler axes too."""
+    return e2e_scenarios(max_gamma=8, max_shapes=4, max_prompt=48, max_tokens=64, scheduler=bool(scheduler))
 
 
 def scenario_seed(seed: int) -> int:
@@ -76,11 +77,11 @@ def scenario_seed(seed: int) -> int:
     return (int(seed) * 1_000_003 + zlib.crc32(b"specexact.e2e/scenarios")) % (2**63)
 
 
-def hypothesis_run(prop, hseed: int, *, phases=(Phase.generate,)):
+def hypothesis_run(prop, hseed: int, *, phases=(Phase.generate,), scheduler: bool = False):
     """``prop`` under the draw's Hypothesis settings (:data:`CANDIDATES` examples, seed
     ``hseed``, no database, quiet); the same draws in every process. Shared by the draw and
     the shrink, whose replays must meet the same examples in the same order."""
-    test = given(scenario_strategy())(prop)
+    test = given(scenario_strategy(scheduler))(prop)
     test = hypothesis_seed(hseed)(test)
     return hypothesis_settings(max_examples=CANDIDATES, database=None, deadline=None, derandomize=False,
                                phases=phases, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
@@ -93,6 +94,15 @@ KEY_AXES = ("gamma_ge_3", "mixed_prompt_lengths", "position_past_32", "min_token
 OTHER_AXES = ("prompt_past_32", "penalties", "truncations", "combined")
 """The other axes the draw prefers (one each)."""
 
+SCHEDULER_KEY_AXES = ("staggered_arrivals", "kv_pressure", "chunked_prefill", "rows_without_drafts")
+"""The scheduler axes (issue 33) a draw for an engine with a scheduler must reach (key axes
+there, :func:`~specexact.strategies.scenario_axes`); a draw without them never has them."""
+
+SCHEDULER_OTHER_AXES = ("shared_prefix",)
+"""The scheduler axis the draw prefers like :data:`OTHER_AXES` (two shapes of 16 or more
+prompt tokens sharing a prefix, prefix caching on: rarer, and costlier, than the key axes;
+seeds 0-2 do not reach it under :data:`COST_CAP`, seed 3 does)."""
+
 KEY_WEIGHT = 10
 
 COST_CAP = 6000.0
@@ -101,7 +111,8 @@ together (:func:`cost`): about 4 s per call pair at 16 requests per shape on the
 2-core machine (measured 2026-12-07), what keeps the phase within the 60-second audit."""
 
 MAX_SCENARIOS = 3
-"""Most scenarios the draw keeps (each case's floor of calls costs time)."""
+"""Most scenarios the draw keeps (each case's floor of calls costs time); one more with the
+scheduler axes (:data:`SCHEDULER_KEY_AXES`: five more key axes to reach)."""
 
 
 def axes_reached(scenario: Scenario) -> set[str]:
@@ -114,6 +125,7 @@ def axes_reached(scenario: Scenario) -> set[str]:
              "position_past_32": a["last_position"] >= 32, "min_tokens_with_eos": a["min_tokens_with_eos"],
              "prompt_past_32": a["longest_prompt"] > 32, "penalties": a["penalties"],
              "truncations": a["truncations"], "combined": a["combined"]}
+    flags.update({k: a.get(k, False) for k in SCHEDULER_KEY_AXES + SCHEDULER_OTHER_AXES})
     return {k for k, v in flags.items() if v}
 
 
@@ -121,7 +133,7 @@ def coverage(scenario: Scenario, covered: frozenset = frozenset()) -> int:
     """The weight of the axes ``scenario`` adds to ``covered`` (:data:`KEY_WEIGHT` per key
     axis, 1 per other axis). The score knows no planted fault."""
     new = axes_reached(scenario) - set(covered)
-    return sum(KEY_WEIGHT if k in KEY_AXES else 1 for k in new)
+    return sum(KEY_WEIGHT if k in KEY_AXES + SCHEDULER_KEY_AXES else 1 for k in new)
 
 
 def cost(scenario: Scenario) -> float:
@@ -132,13 +144,15 @@ def cost(scenario: Scenario) -> float:
     return sum(s.max_tokens * (s.prompt_len + s.max_tokens) for s in scenario.shapes) * ((scenario.gamma + 1) / 2 + 1)
 
 
-def draw_scenarios(seed: int, n: int | None = None) -> list[tuple[int, Scenario]]:
-    """The scenarios of the audit seed ``seed`` (:func:`_draw_scenarios`, cached per process)."""
-    return list(_draw_scenarios(int(seed), None if n is None else int(n), CANDIDATES))
+def draw_scenarios(seed: int, n: int | None = None, *, scheduler: bool = False) -> list[tuple[int, Scenario]]:
+    """The scenarios of the audit seed ``seed`` (:func:`_draw_scenarios`, cached per process);
+    ``scheduler``: with the scheduler axes (an engine that declares them)."""
+    return list(_draw_scenarios(int(seed), None if n is None else int(n), CANDIDATES, bool(scheduler)))
 
 
 @functools.lru_cache(maxsize=32)
-def _draw_scenarios(seed: int, n: int | None, candidates: int) -> tuple[tuple[int, Scenario], ...]:
+def _draw_scenarios(seed: int, n: int | None, candidates: int,
+                    scheduler: bool = False) -> tuple[tuple[int, Scenario], ...]:
     """The scenarios of the audit seed ``seed``, with the index of the Hypothesis call that
     drew each, in draw order. Of the first :data:`CANDIDATES` distinct ones drawn, greedily
     the one that adds the most axes (:func:`coverage`; the earliest among ties) while the
@@ -154,11 +168,11 @@ def _draw_scenarios(seed: int, n: int | None, candidates: int) -> tuple[tuple[in
             drawn.append((i, s))
 
     with without_local_constants():
-        hypothesis_run(collect, scenario_seed(seed))()
+        hypothesis_run(collect, scenario_seed(seed), scheduler=scheduler)()
     kept: list[int] = []
     covered: frozenset = frozenset()
     spent = 0.0
-    limit = MAX_SCENARIOS if n is None else int(n)
+    limit = (MAX_SCENARIOS + (1 if scheduler else 0)) if n is None else int(n)
     while len(kept) < limit:
         fits = [k for k in range(len(drawn)) if k not in kept and spent + cost(drawn[k][1]) <= COST_CAP]
         gains = [(coverage(drawn[k][1], covered), -k) for k in fits]
@@ -191,6 +205,10 @@ class ScenarioCase(E2ECase):
         super().__post_init__()
         if not isinstance(self.scenario, Scenario):
             raise ValueError(f"case {self.name!r}: scenario must be a Scenario, got {self.scenario!r}")
+
+    def scheduler_settings(self):
+        """The scenario's scheduler settings (:attr:`Scenario.scheduler`)."""
+        return self.scenario.scheduler
 
     def requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
         """The requests of call ``call``: as :meth:`E2ECase.requests`, every seed shifted by
@@ -240,10 +258,12 @@ def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pa
         raise ValueError(f"pair must be one of {sorted(CATALOG)}, got {pair!r}")
     V = int(CATALOG[pair].spec.vocab_size)
     classes, clipped = [], False
-    for s in scenario.shapes:
+    arrivals = "arrival" in caps.scheduler  # an engine without a scheduler ignores them (its law does not depend on them)
+    for i, s in enumerate(scenario.shapes):
         eos = bool(s.eos and caps.eos)
-        rc = E2ERowClass(s.prompt(V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
-                         min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos)
+        rc = E2ERowClass(scenario.prompt(i, V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
+                         min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos,
+                         arrival=s.arrival if arrivals else 0)
         fit = within_context(rc, caps.max_context)
         clipped = clipped or fit != rc
         if fit is not None:
@@ -267,7 +287,9 @@ def scenario_cases(engine, method: str = "draft_model", *, seed: int = 0, n: int
                    pair: str = "llama-v64", requests_per_class: int | None = None) -> list[ScenarioCase]:
     """``n`` generated scenario cases ``e2e-<pair>-<method>-scenario-1..n`` of the audit seed
     ``seed`` (:func:`draw_scenarios`, :func:`scenario_case`; ``requests_per_class`` default:
-    :func:`requests_per_shape` of the engine)."""
+    :func:`requests_per_shape` of the engine); drawn with the scheduler axes where the engine
+    declares any (``EngineCapabilities.scheduler``), else as before."""
+    scheduler = bool(engine.capabilities().scheduler)
     return [scenario_case(engine, s, method, pair=pair, name=f"scenario-{k}", requests_per_class=requests_per_class,
                           draw=(int(seed), i))
-            for k, (i, s) in enumerate(draw_scenarios(seed, n), 1)]
+            for k, (i, s) in enumerate(draw_scenarios(seed, n, scheduler=scheduler), 1)]

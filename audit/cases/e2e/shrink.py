@@ -203,7 +203,8 @@ def shrink_scenario(case: ScenarioCase, engine, original: CaseResult, *, false_f
 
     with without_local_constants():
         try:
-            hypothesis_run(prop, scenario_seed(audit_seed), phases=(Phase.generate, Phase.shrink))()
+            hypothesis_run(prop, scenario_seed(audit_seed), phases=(Phase.generate, Phase.shrink),
+                           scheduler=bool(engine.capabilities().scheduler))()
         except Exception:  # noqa: BLE001 - _StillFails (or Hypothesis' wrapper of it) ends the run
             pass
     took = time.perf_counter() - t0
