@@ -15,7 +15,9 @@ The speculative configurations (keys of vLLM's ``SpeculativeConfig``,
   K, "draft_sample_method": "probabilistic"}``: drafts sampled from the draft model and
   its probabilities used in the ratio test;
 - ``draft_model_greedy``: the same with ``"draft_sample_method": "greedy"``: the draft
-  model's argmax, verified as a point mass.
+  model's argmax, verified as a point mass;
+- ``eagle``, ``eagle3``, ``medusa``, ``mtp`` (specexact's tiny heads) and ``suffix``:
+  :mod:`.vllm_heads` (point-mass drafts: each proposer takes the argmax, or token ids).
 
 ``generate(..., speculative=False)`` runs a second ``LLM`` with the same settings and no
 ``speculative_config``: vLLM's own plain sampling. :meth:`VllmEngine.load` starts it

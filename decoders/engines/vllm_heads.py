@@ -16,9 +16,14 @@ Keys of vLLM's ``SpeculativeConfig`` (``vllm/config/speculative.py``, vLLM 0.32.
   MiMo-layout *target* that carries the MTP layer (the Qwen2 target's own tensors plus the
   layer: :func:`~specexact.decoders.tiny_models.heads.make_head` ``"mtp"``); drafted by the
   same proposer as EAGLE (argmax);
-- ``suffix``: ``{"method": "suffix", "num_speculative_tokens": K}``: suffix trees over the
-  prompt and earlier outputs (needs the ``arctic-inference`` package); drafts are token ids
-  only, verified as point masses.
+- ``suffix``: ``{"method": "suffix", "num_speculative_tokens": K,
+  "suffix_decoding_max_cached_requests": 0}``: suffix trees over the request's own prompt and
+  output (needs the ``arctic-inference`` package; ``SuffixDecodingProposer.propose`` in
+  ``vllm/v1/spec_decode/suffix_decoding.py`` returns token ids only: point-mass drafts, at
+  most K, fewer where the tree has no confident continuation). The global tree over earlier
+  requests' outputs is off (0 cached requests): with it a request's drafts, hence which
+  sample its seed gives, depend on what ran before, and the reproducibility check would
+  read that as a defect.
 
 A head is made from the target folder's spec (its ``specexact.json``), in the model cache
 beside it, so every engine process derives the same bytes from the same target.
@@ -65,7 +70,7 @@ def head_speculative_config(method: str, target_dir: Path, num_speculative_token
     """
     k = int(num_speculative_tokens)
     if method in MODEL_FREE_METHODS:
-        return Path(target_dir), {"method": method, "num_speculative_tokens": k}
+        return Path(target_dir), {"method": method, "num_speculative_tokens": k, "suffix_decoding_max_cached_requests": 0}
     if method not in HEAD_METHODS:
         raise ValueError(f"method must be one of {HEAD_METHODS + MODEL_FREE_METHODS}, got {method!r}")
     target_dir = Path(target_dir)
