@@ -90,7 +90,7 @@ def test_acceptance_after_a_target_sampled_token_is_the_mixture_over_that_token(
 
 def test_case_layout_errors_name_the_field():
     with pytest.raises(ValueError, match="method must be one of"):
-        replace(CASE, method="eagle")
+        replace(CASE, method="lookahead")
     with pytest.raises(ValueError, match="check_acceptance has 1 entries for 8 classes"):
         replace(CASE, check_acceptance=(True,))
     assert isinstance(CASE, E2ECase) and CASE.batch_size == 8 * 128
