@@ -15,7 +15,9 @@ The speculative configurations (keys of vLLM's ``SpeculativeConfig``,
   K, "draft_sample_method": "probabilistic"}``: drafts sampled from the draft model and
   its probabilities used in the ratio test;
 - ``draft_model_greedy``: the same with ``"draft_sample_method": "greedy"``: the draft
-  model's argmax, verified as a point mass.
+  model's argmax, verified as a point mass;
+- ``eagle``, ``eagle3``, ``medusa``, ``mtp`` (specexact's tiny heads) and ``suffix``:
+  :mod:`.vllm_heads` (point-mass drafts: each proposer takes the argmax, or token ids).
 
 ``generate(..., speculative=False)`` runs a second ``LLM`` with the same settings and no
 ``speculative_config``: vLLM's own plain sampling. :meth:`VllmEngine.load` starts it
@@ -82,12 +84,13 @@ from specexact.decoders.processing import LogitsProcessing
 
 from .protocol import SCHEDULER_AXES, EngineCapabilities, GenerationRequest, GenerationResult
 from .seeds import SeedPromise
+from .vllm_heads import HEAD_METHODS, MODEL_FREE_METHODS, head_speculative_config
 from .vllm_requests import generation_results, sampling_params
 from .vllm_scheduler import run_steps, scheduler_kwargs
 
 __all__ = ["VLLM_E2E_PROCESSING", "METHODS", "TESTED_VERSIONS", "VllmEngine", "speculative_config"]
 
-METHODS = ("ngram", "draft_model", "draft_model_greedy")
+METHODS = ("ngram", "draft_model", "draft_model_greedy") + HEAD_METHODS + MODEL_FREE_METHODS
 """The methods of :data:`~specexact.decoders.engines.SPECULATIVE_METHODS` this adapter runs."""
 
 TESTED_VERSIONS = ("0.32.0",)
@@ -100,14 +103,16 @@ VLLM_E2E_PROCESSING = LogitsProcessing(order=VLLM_PROCESSING.order,
 
 
 def speculative_config(method: str, draft_dir: Path | None, num_speculative_tokens: int, *,
-                       prompt_lookup_min: int = 1, prompt_lookup_max: int = 3) -> dict:
-    """vLLM's ``speculative_config`` for one of :data:`METHODS`.
+                       prompt_lookup_min: int = 1, prompt_lookup_max: int = 3, target_dir: Path | None = None) -> dict:
+    """vLLM's ``speculative_config`` for one of :data:`METHODS` (the head and model-free
+    methods: :func:`.vllm_heads.head_speculative_config`, which needs ``target_dir``).
 
     Raises
     ------
     ValueError
-        An unknown ``method``, ``num_speculative_tokens < 1``, or a draft-model method
-        without ``draft_dir``; the message names the argument and its value.
+        An unknown ``method``, ``num_speculative_tokens < 1``, a draft-model method
+        without ``draft_dir``, or a head method without ``target_dir``; the message names
+        the argument and its value.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -115,6 +120,10 @@ def speculative_config(method: str, draft_dir: Path | None, num_speculative_toke
             or num_speculative_tokens < 1:
         raise ValueError(f"num_speculative_tokens must be an integer >= 1, got {num_speculative_tokens!r}")
     k = int(num_speculative_tokens)
+    if method in HEAD_METHODS + MODEL_FREE_METHODS:
+        if target_dir is None and method in HEAD_METHODS:
+            raise ValueError(f"method={method!r} needs target_dir (its head is made from the target), got None")
+        return head_speculative_config(method, Path(target_dir or "."), k)[1]
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": int(prompt_lookup_min),
                 "prompt_lookup_max": int(prompt_lookup_max)}
@@ -188,8 +197,8 @@ class VllmEngine:
             self._vllm = vllm
         return self._vllm
 
-    def _llm_kwargs(self) -> dict:
-        kw = dict(model=str(self.target_dir), skip_tokenizer_init=True, dtype="float32",
+    def _llm_kwargs(self, model: Path | None = None) -> dict:
+        kw = dict(model=str(self.target_dir if model is None else model), skip_tokenizer_init=True, dtype="float32",
                   max_model_len=self.max_model_len, enforce_eager=True, seed=self.seed,
                   kv_cache_memory_bytes=self.kv_cache_memory_bytes)
         if self.max_num_seqs is not None:
@@ -217,7 +226,8 @@ class VllmEngine:
         if not (target_dir / "config.json").is_file():
             raise ValueError(f"target_dir must hold a config.json, got {str(target_dir)!r}")
         spec = speculative_config(method, None if draft_dir is None else Path(draft_dir), num_speculative_tokens,
-                                  prompt_lookup_min=self.prompt_lookup_min, prompt_lookup_max=self.prompt_lookup_max)
+                                  prompt_lookup_min=self.prompt_lookup_min, prompt_lookup_max=self.prompt_lookup_max,
+                                  target_dir=target_dir)
         vllm = self._import()
         self.close()
         self.target_dir, self.method, self.num_speculative_tokens = target_dir, method, int(num_speculative_tokens)
@@ -226,9 +236,16 @@ class VllmEngine:
         # The plain LLM first: an engine started after llvmlite was imported (vLLM's n-gram
         # proposer imports numba) crashes in vLLM's kernel-override scan (module docstring).
         self._plain_llm()
-        self._llm = vllm.LLM(**self._llm_kwargs(), disable_log_stats=False,
+        self._llm = vllm.LLM(**self._llm_kwargs(self._speculative_target()), disable_log_stats=False,
                              per_request_spec_decode_metrics="detailed", speculative_config=spec)
         self._stop_ids = self._generation_config_stop_ids(self._llm)
+
+    def _speculative_target(self) -> Path:
+        """The folder the speculative ``LLM`` loads: the target, or for ``mtp`` the same
+        tensors with the MTP layer (:mod:`.vllm_heads`)."""
+        if self.method == "mtp":
+            return head_speculative_config("mtp", self.target_dir, self.num_speculative_tokens)[0]
+        return self.target_dir
 
     @staticmethod
     def _generation_config_stop_ids(llm) -> tuple[int, ...]:
@@ -333,8 +350,9 @@ class VllmEngine:
         self._shutdown("_llm")
         self._plain_llm()
         spec = speculative_config(self.method, self._draft_dir, self.num_speculative_tokens,
-                                  prompt_lookup_min=self.prompt_lookup_min, prompt_lookup_max=self.prompt_lookup_max)
-        self._llm = self._vllm.LLM(**self._llm_kwargs(), disable_log_stats=False,
+                                  prompt_lookup_min=self.prompt_lookup_min, prompt_lookup_max=self.prompt_lookup_max,
+                                  target_dir=self.target_dir)
+        self._llm = self._vllm.LLM(**self._llm_kwargs(self._speculative_target()), disable_log_stats=False,
                                    per_request_spec_decode_metrics="detailed", speculative_config=spec)
 
     def _shutdown(self, attr: str) -> None:

@@ -16,11 +16,16 @@ name                 arch    draft noise  entropy  closeness  eos_mass
 ``llama-v64``        Llama   0.08         2.98     0.70       0.008
 ``llama-v64-far``    Llama   0.16         2.98     0.52       0.008
 ``qwen2-v64``        Qwen2   0.08         3.02     0.72       0.010
+``qwen2-v64-h2``     Qwen2   0.08         2.96     0.75       0.013
 ===================  ======  ===========  =======  =========  ========
 
 All: V=64, hidden 64, 2 layers, 4 heads of width 32, 2 key-value heads (grouped-query
 attention), MLP width 128, ``initializer_range`` 0.2, seed 0, EOS 1 (the ``ModelSpec``
-defaults); ``llama-v64-far`` shares ``llama-v64``'s target. Over 4 tokens EOS is reached with
+defaults), except ``qwen2-v64-h2``: 2 attention heads of width 32 (2 key-value heads), so
+that ``head_dim`` is ``hidden_size / num_attention_heads``, which vLLM's Qwen2 assumes (it
+does not read ``head_dim``; ``qwen2-v64`` has it 16 there, which vLLM's CPU attention
+refuses): the target of vLLM's MTP method (:mod:`~specexact.decoders.tiny_models.heads`).
+``llama-v64-far`` shares ``llama-v64``'s target. Over 4 tokens EOS is reached with
 probability about 3 % (``tests/decoders/tiny_models/test_catalog.py`` recomputes the
 figures).
 """
@@ -69,6 +74,8 @@ CATALOG: dict[str, TinyPair] = {
         TinyPair("llama-v64-far", ModelSpec(architecture="llama"), 0.16, entropy=2.98, closeness=0.52,
                  eos_mass=0.008),
         TinyPair("qwen2-v64", ModelSpec(architecture="qwen2"), 0.08, entropy=3.02, closeness=0.72, eos_mass=0.010),
+        TinyPair("qwen2-v64-h2", ModelSpec(architecture="qwen2", num_attention_heads=2, num_key_value_heads=2), 0.08,
+                 entropy=2.96, closeness=0.75, eos_mass=0.013),
     )
 }
 """The named pairs (module docstring)."""

