@@ -26,6 +26,7 @@ checks judge every token against the same law as without them. Each shrinks towa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import asdict, dataclass, field
 
@@ -322,7 +323,10 @@ def _optional(name: str, strategy: SearchStrategy) -> SearchStrategy:
     return st.one_of(st.just(getattr(SamplingParams(), name)), strategy)
 
 
+@functools.lru_cache(maxsize=None)
 def _params() -> SearchStrategy[SamplingParams]:
+    """Built once: a strategy object is validated on its first draw, and building this one
+    anew in every shape cost most of a scenario draw's time (the same draws either way)."""
     floats = {k: st.floats(lo, hi, allow_nan=False).map(lambda x: round(x, 3))
               for k, (lo, hi) in PARAM_RANGES.items() if k != "top_k"}
     fields = {k: _optional(k, s) for k, s in floats.items()}
@@ -335,19 +339,38 @@ def _off_or(lo_hi: tuple[int, int], off=None) -> SearchStrategy:
     return st.one_of(st.just(off), st.integers(*lo_hi))
 
 
-@st.composite
-def _shape(draw, max_prompt: int, max_tokens: int, scheduler: bool = False) -> RequestShape:
-    prompt_len = draw(st.one_of(st.integers(1, min(8, max_prompt)), st.integers(1, max_prompt)))
-    prompt_seed = draw(st.integers(0, 2**31 - 1))
-    params = draw(_params())
+@functools.lru_cache(maxsize=None)
+def _shape_parts(max_prompt: int, max_tokens: int) -> tuple[SearchStrategy, ...]:
+    """The strategies :func:`_shape` draws from, built once per bound (as :func:`_params`)."""
     # short prompts / outputs in one branch, any length in the other: a call mixes a few long
     # ones with short ones (what keeps a scenario's cost down without narrowing the range)
-    n = draw(st.one_of(st.integers(1, min(8, max_tokens)), st.integers(1, max_tokens)))
-    eos = draw(st.booleans())
-    min_tokens = draw(st.one_of(st.just(0), st.integers(0, min(n, 8)), st.integers(0, n)))
+    prompt_len = st.one_of(st.integers(1, min(8, max_prompt)), st.integers(1, max_prompt))
+    n = st.one_of(st.integers(1, min(8, max_tokens)), st.integers(1, max_tokens))
+    return prompt_len, st.integers(0, 2**31 - 1), n, st.booleans()
+
+
+@functools.lru_cache(maxsize=None)
+def _min_tokens(n: int) -> SearchStrategy[int]:
+    return st.one_of(st.just(0), st.integers(0, min(n, 8)), st.integers(0, n))
+
+
+@functools.lru_cache(maxsize=None)
+def _arrival() -> SearchStrategy[int]:
+    return _off_or(SCHEDULER_RANGES["arrival"], 0)
+
+
+@st.composite
+def _shape(draw, max_prompt: int, max_tokens: int, scheduler: bool = False) -> RequestShape:
+    prompt_len_s, seed_s, n_s, eos_s = _shape_parts(max_prompt, max_tokens)
+    prompt_len = draw(prompt_len_s)
+    prompt_seed = draw(seed_s)
+    params = draw(_params())
+    n = draw(n_s)
+    eos = draw(eos_s)
+    min_tokens = draw(_min_tokens(n))
     arrival, distinct = 0, False
     if scheduler:  # drawn after the other fields: without the scheduler axes nothing more is drawn
-        arrival = draw(_off_or(SCHEDULER_RANGES["arrival"], 0))
+        arrival = draw(_arrival())
         distinct = draw(st.booleans())
     return RequestShape(prompt_len=prompt_len, prompt_seed=prompt_seed, params=params, max_tokens=n,
                         min_tokens=min_tokens, eos=eos, arrival=arrival, distinct_prompt=distinct)

@@ -10,6 +10,7 @@ and ``min_p = 1``, histories that repeat drafted tokens.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -108,17 +109,20 @@ def sampling_params_family(params: SamplingParams, vocab_size: int | None = None
     return "top_p_one"
 
 
+@functools.lru_cache(maxsize=None)  # built once: see _params
 def _temperatures() -> SearchStrategy[float]:
     return st.one_of(st.sampled_from([0.5, 2.0, 1e-3]), st.floats(0.05, 5.0)).filter(
         lambda t: t != 1.0)
 
 
+@functools.lru_cache(maxsize=None)  # built once: see _params
 def _top_k(vocab_size: int | None) -> SearchStrategy[int]:
     hi = max(1, (vocab_size or 101) - 1)
     return st.one_of(st.sampled_from(sorted({k for k in (1, 2, hi) if k <= hi})),
                      st.integers(1, hi))
 
 
+@functools.lru_cache(maxsize=None)  # built once: see _params
 def _top_k_ge(vocab_size: int | None) -> SearchStrategy[int]:
     if vocab_size is None:
         return st.sampled_from([262146, 10**6, 2**31 - 1])
@@ -126,15 +130,18 @@ def _top_k_ge(vocab_size: int | None) -> SearchStrategy[int]:
                      st.integers(vocab_size, 4 * vocab_size))
 
 
+@functools.lru_cache(maxsize=None)  # built once: see _params
 def _top_p() -> SearchStrategy[float]:
     return st.one_of(st.sampled_from([0.5, 0.9, 0.25]),
                      st.floats(1e-5, 1.0, exclude_max=True).filter(lambda p: p < 1 - 1e-9))
 
 
+@functools.lru_cache(maxsize=None)  # built once: see _params
 def _min_p() -> SearchStrategy[float]:
     return st.one_of(st.sampled_from([1.0, 0.5, 1e-3]), st.floats(0.0, 1.0, exclude_min=True))
 
 
+@functools.lru_cache(maxsize=None)  # built once: see _params
 def _penalty_fields() -> SearchStrategy[dict]:
     rep = st.one_of(st.sampled_from([0.5, 1.3, 2.0]),
                     st.floats(0.25, 4.0).filter(lambda r: r != 1.0))
@@ -151,6 +158,9 @@ def _penalty_fields() -> SearchStrategy[dict]:
     }).map(at_least_one)
 
 
+# Cached (as the helpers above): a strategy object is validated on its first draw, and the
+# flatmap of sampling_params asked for a new one on every draw (the same draws either way).
+@functools.lru_cache(maxsize=None)
 @st.composite
 def _params(draw, family: str, vocab_size: int | None) -> SamplingParams:
     if family == "greedy":
