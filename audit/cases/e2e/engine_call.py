@@ -28,10 +28,12 @@ from specexact.audit.sampler.call_timeout import SamplerCallTimeout, untimed
 from specexact.decoders import VerifierProtocolError
 from specexact.decoders.engines.protocol import check_generation_results
 
-__all__ = ["mark_stale", "stale_reason", "stale_exception", "ensure_loaded", "scheduler_for", "engine_generate", "generate_call",
+__all__ = ["mark_stale", "stale_reason", "stale_exception", "loaded_before", "ensure_loaded", "scheduler_for", "engine_generate", "generate_call",
            "is_crash", "crashing_classes", "search_crashing_classes", "CrashSearch", "FreshProcessWork"]
 
 _LOADED: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
+_EVER_LOADED: "weakref.WeakSet[object]" = weakref.WeakSet()
+"""Engines that completed a load in this process (:func:`loaded_before`)."""
 
 
 def _state_of(engine):
@@ -55,6 +57,17 @@ def mark_stale(engine, exc: BaseException) -> None:
             _LOADED[engine] = ("stale", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", current, exc)
     except TypeError:
         pass
+
+
+def loaded_before(engine) -> bool:
+    """Whether ``engine`` completed a load in this process (any configuration): a load that
+    fails after one may be the process's, not the configuration's (vLLM starts no second
+    ``LLM`` once its n-gram proposer imported numba: scripts/replays/vllm_e2e_llvmlite_rebind.py),
+    so the case is tried again in a fresh process (:mod:`.fresh_process`)."""
+    try:
+        return _state_of(engine) in _EVER_LOADED
+    except TypeError:
+        return False
 
 
 def stale_reason(engine) -> str | None:
@@ -112,6 +125,7 @@ def ensure_loaded(engine, case: E2ECase) -> None:
         raise
     try:
         _LOADED[state] = key
+        _EVER_LOADED.add(state)
     except TypeError:
         pass
 

@@ -38,6 +38,7 @@ from specexact.audit.cases.e2e.engine_call import (
     ensure_loaded,
     generate_call,
     is_crash,
+    loaded_before,
     search_crashing_classes,
     stale_exception,
     stale_reason,
@@ -74,22 +75,28 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
 
     try:
         earlier = stale_reason(engine)
+        had_loaded = loaded_before(engine)  # another configuration was loaded in this process
         try:
             timed("engine_load", ensure_loaded, engine, case)
         except Exception as exc:  # noqa: BLE001 - an engine that cannot load the models is a defect
-
+            failure = exc
             cause = stale_exception(engine)
             if isinstance(cause, SamplerCallTimeout):  # it hung before (the pilot, an earlier case): the finding
-                exc, where = cause, ("an earlier call of this engine (the audit's planning pilot or an earlier "
-                                     "case); no call is made after a hang")
+                failure, where = cause, ("an earlier call of this engine (the audit's planning pilot or an earlier "
+                                         "case); no call is made after a hang")
+            elif earlier is not None:
+                where = f"engine load (loading it again after an earlier call raised {earlier})"
+            elif had_loaded:
+                where = "engine load (after another configuration was loaded in this process)"
             else:
-                where = "engine load" if earlier is None else (
-                    f"engine load (loading it again after an earlier call raised {earlier})")
-            result.defect, chk = sampler_failure(exc, where, false_fail_rate)
+                where = "engine load"
+            result.defect, chk = sampler_failure(failure, where, false_fail_rate)
             result.checks.append(chk)
-            if earlier is not None and not isinstance(cause, SamplerCallTimeout):
-                # an earlier case's crash left an engine this process cannot load again: the
-                # whole case can run in a fresh process (its result then replaces this one)
+            if (earlier is not None or had_loaded) and not isinstance(cause, SamplerCallTimeout):
+                # an earlier case's crash, or an earlier configuration, left an engine this
+                # process cannot load again (vLLM after numba): the whole case can run in a
+                # fresh process (its result then replaces this one; a load that fails there too
+                # is the case's defect)
                 result.fresh_process = FreshProcessWork(call=shift, speculative=True, ok=tuple(range(C)),
                                                         reason=result.defect.splitlines()[0], whole_case=True)
             return result

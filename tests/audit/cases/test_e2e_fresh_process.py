@@ -113,3 +113,51 @@ def test_a_fresh_process_that_cannot_load_or_gives_no_result_ends_the_case_with_
     res, processes = continue_in_fresh_processes(first, lambda w, b: "crash: the process was killed by SIGSEGV")
     assert "a fresh process gave no result (crash: the process was killed by SIGSEGV)" in res.defect.splitlines()[0]
     assert processes[-1]["note"].startswith("crash:")
+
+
+class OneConfigurationPerProcess(BuiltinEngine):
+    """Loads one configuration per "process": a load of another one raises (vLLM once its
+    n-gram proposer imported numba: scripts/replays/vllm_e2e_llvmlite_rebind.py), no call
+    ever raises."""
+
+    name = "one_configuration_per_process"
+    loaded = None  # the process's state (a class attribute: every instance shares it)
+
+    def load(self, target_dir, draft_dir, *, method, num_speculative_tokens, **kwargs):
+        key = (method, num_speculative_tokens)
+        if OneConfigurationPerProcess.loaded not in (None, key):
+            raise AttributeError("'_lib_fn_wrapper' object has no attribute 'get'")
+        OneConfigurationPerProcess.loaded = key
+        return super().load(target_dir, draft_dir, method=method, num_speculative_tokens=num_speculative_tokens,
+                            **kwargs)
+
+
+CONFIG_CASES = e2e_cases(OneConfigurationPerProcess(), requests_per_class=8)  # two methods: two configurations
+
+
+@pytest.mark.statistical(checks=sum(checks_per_case(c) for c in CONFIG_CASES[1:]))
+def test_a_case_whose_configuration_cannot_load_after_another_runs_whole_in_a_fresh_process(alpha):
+    # issue 35: the vLLM ngram audit's scenario cases had 0 sequences: each needs its own
+    # configuration, and after the first none loads in the audit's process; on the old code
+    # the failed load was the case's defect and nothing ran
+    OneConfigurationPerProcess.loaded = None
+    engine = OneConfigurationPerProcess()
+    first = run_e2e_case(CONFIG_CASES[0], engine, false_fail_rate=alpha, num_batches=2)
+    assert first.defect is None and first.fresh_process is None
+    second = run_e2e_case(CONFIG_CASES[1], engine, false_fail_rate=alpha, num_batches=2)
+    assert second.defect.startswith("crash in engine load (after another configuration was loaded in this process)")
+    assert second.fresh_process is not None and second.fresh_process.whole_case and second.num_sequences == 0
+
+    def fresh(work, time_budget_s):
+        OneConfigurationPerProcess.loaded = None  # a new process
+        try:
+            return run_e2e_fresh(CONFIG_CASES[1], OneConfigurationPerProcess(), work, false_fail_rate=alpha,
+                                 num_batches=2)
+        finally:
+            OneConfigurationPerProcess.loaded = CONFIG_CASES[0].method, CONFIG_CASES[0].num_draft_tokens
+
+    res, processes = continue_in_fresh_processes(second, fresh)
+    assert res.defect is None and res.fresh_process is None, res.defect
+    assert res.num_sequences == 2 * CONFIG_CASES[1].batch_size and all(c.passed for c in res.checks)
+    assert [p["process"] for p in processes] == ["audit", "fresh"] and processes[1]["whole_case"]
+    OneConfigurationPerProcess.loaded = None
