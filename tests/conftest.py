@@ -92,7 +92,7 @@ def _is_xdist_controller(config) -> bool:
     return bool(workers) and workers != 0
 
 # Per profile: how many equal shares the suite's false-fail rate is split into.
-LEDGER_CAPACITY = {"ci": 2_500, "dev": 2_500, "nightly": 200_000}
+LEDGER_CAPACITY = {"ci": 3_000, "dev": 3_000, "nightly": 200_000}
 
 
 def _capacity() -> int:
