@@ -58,14 +58,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-from .make import ModelSpec, default_cache_dir, hf_config, model_weights
+from .make import ModelSpec, default_cache_dir, hf_config, model_weights, publish_cached
 
 __all__ = ["HEAD_KINDS", "HEAD_FORMAT_VERSION", "HEAD_SEED_OFFSET", "EAGLE3_AUX_LAYER_IDS", "head_config",
            "head_parameter_names", "head_weights", "make_head", "spec_of"]
@@ -243,11 +240,8 @@ def make_head(kind: str, spec: ModelSpec, cache_dir: str | Path | None = None, *
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     k = f"-k{num_heads}" if kind == "medusa" else ""
     final = cache / f"{spec.architecture}-v{spec.vocab_size}-{kind}{k}-{_key(kind, spec, num_heads, seed)}"
-    if (final / "specexact.json").is_file():
-        return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
-    try:
+
+    def write(tmp: Path) -> None:
         from safetensors.torch import save_file
 
         save_file(head_weights(kind, spec, num_heads, head_seed=seed), str(tmp / "model.safetensors"),
@@ -257,15 +251,8 @@ def make_head(kind: str, spec: ModelSpec, cache_dir: str | Path | None = None, *
         (tmp / "specexact.json").write_text(json.dumps(
             {"format": HEAD_FORMAT_VERSION, "kind": kind, "spec": spec.to_dict(), "num_heads": num_heads,
              "head_seed": seed}, indent=2, sort_keys=True) + "\n")
-        try:
-            os.rename(tmp, final)  # atomic; fails if another maker got there first
-        except OSError:
-            if not (final / "specexact.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+    return publish_cached(final, write)
 
 
 def spec_of(model_dir: str | Path) -> ModelSpec:

@@ -53,7 +53,7 @@ import torch
 from .architectures import ARCHITECTURES, TinyConfig, parameter_names
 
 __all__ = ["FORMAT_VERSION", "ModelSpec", "default_cache_dir", "make_model", "make_pair", "model_weights",
-           "hf_config"]
+           "hf_config", "publish_cached"]
 
 FORMAT_VERSION = 1
 """Version of the making recipe; part of every cache key (bump it when the recipe changes)."""
@@ -268,12 +268,25 @@ def make_model(spec: ModelSpec, draft_noise: float | None = None, cache_dir: str
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     role = "target" if draft_noise is None else "draft"
     final = cache / f"{spec.architecture}-v{spec.vocab_size}-{role}-{_cache_key(spec, draft_noise, draft_seed)}"
+    return publish_cached(final, lambda tmp: _write(tmp, spec, draft_noise, draft_seed))
+
+
+def publish_cached(final: Path, write) -> Path:
+    """``final``, a cache folder made once: if it holds no ``specexact.json`` yet,
+    ``write(tmp)`` fills a temporary folder beside it, which is renamed to ``final``
+    (atomic: a concurrent maker that got there first wins, and its folder is kept).
+
+    Raises
+    ------
+    OSError
+        The cache folder cannot be written.
+    """
     if (final / "specexact.json").is_file():
         return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        _write(tmp, spec, draft_noise, draft_seed)
+        write(tmp)
         try:
             os.rename(tmp, final)  # atomic; fails if another maker got there first
         except OSError:
