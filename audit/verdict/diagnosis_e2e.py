@@ -20,7 +20,10 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
 - ``accepted_length[class c]`` (the first round's accepted count against its exact law):
   drafting, target forward, the acceptance rule, batching and the class's processing;
 - ``reproducible``, ``reproducible_in_mix`` and ``independent_requests``
-  (:mod:`~specexact.audit.cases.e2e.seed_checks`): seeds; ``defect`' (crash, hang, protocol break): the protocol;
+  (:mod:`~specexact.audit.cases.e2e.seed_checks`): seeds; ``defect`` (crash, hang, protocol break): the protocol,
+  and where its output-protocol violation names one, that part too (tokens after EOS or an
+  output of the wrong length: EOS / length bookkeeping; EOS before ``min_tokens``: per-prefix
+  processing; logprobs: the reported logprobs);
   ``token_logprobs`` / ``plain_token_logprobs`` (the reported logprobs against the exact
   law): the reported logprobs;
 - a long case's ``token_law[positions a-b]`` / ``plain_token_law[...]`` (every emitted token
@@ -78,6 +81,25 @@ _DIRECT = {"defect": "protocol", "reproducible": "seeds", "reproducible_in_mix":
            "independent_requests": "seeds", "token_logprobs": "logprobs", "plain_token_logprobs": "logprobs"}
 """Check types that name their part directly (no heuristic)."""
 
+_PROTOCOL_PARTS = (("continue after EOS", "eos_cut"), ("without EOS at the end", "eos_cut"),
+                   ("tokens for max_tokens=", "eos_cut"), ("before min_tokens", "per_prefix_processing"),
+                   ("logprob", "logprobs"))
+"""Output-protocol violations that name a part of the loop besides the protocol: a message
+fragment of :func:`~specexact.decoders.engines.protocol.check_generation_results` and the
+part (tokens after an emitted EOS, an output cut short or too long: EOS / length
+bookkeeping; EOS before ``min_tokens``: per-prefix processing; logprobs of the wrong
+length or value: the reported logprobs)."""
+
+
+def _protocol_parts(chk: dict) -> set:
+    """The parts a failing ``defect`` check's protocol violation names (:data:`_PROTOCOL_PARTS`)."""
+    if chk.get("passed", True):
+        return set()
+    message = str((chk.get("details") or {}).get("message") or "")
+    if "protocol violation" not in message:
+        return set()
+    return {part for fragment, part in _PROTOCOL_PARTS if fragment in message}
+
 E2E_CHECK_TYPES = ("sequence_law", "sequences_vs_plain", "plain_sequence_law", "accepted_length", "reproducible",
                    "reproducible_in_mix", "independent_requests", "defect", "token_logprobs", "plain_token_logprobs", *BAND_CHECK_TYPES)
 """The check types of an end-to-end case (:mod:`specexact.audit.cases.e2e.checks`)."""
@@ -124,7 +146,7 @@ def _class_info(report: dict) -> dict:
             m = re.search(r"max_tokens=(\d+)", limits)
             if "min_tokens=" in limits:
                 feats.add("min_tokens")
-            if len(fields) > 3 and fields[3].strip() == "eos on":
+            if len(fields) > 3 and fields[3].strip().startswith("eos on"):  # "eos on (stop token t)" too
                 feats.add("EOS")
             info[ids[i] if ids else i] = {"features": feats, "text": text,
                                           "bonus": m is None or not gamma or int(m.group(1)) > gamma}
@@ -154,7 +176,7 @@ def coverage(chk: dict, classes: dict | None = None) -> set:
     elif t == "accepted_length":
         parts = set(_FIRST_ROUND)
     elif t in _DIRECT:
-        return {_DIRECT[t]}
+        return {_DIRECT[t]} | (_protocol_parts(chk) if t == "defect" else set())
     else:
         return set()
     if processing:
@@ -236,11 +258,15 @@ def diagnose_e2e(report: dict) -> dict:
     if parts["protocol"]["status"] == "not_tested" and checks:  # every call kept the protocol
         parts["protocol"].update(status="pass", checks_run=len({c["case"] for c in checks}),
                                  tested_by=sorted({f"{c['case']} / every generate call" for c in checks}))
-    located, explained, score, notes = {}, {}, defaultdict(int), []
+    located, explained, score, notes, direct = {}, {}, defaultdict(int), [], set()
     for ctype, key in _DIRECT.items():
         bad = [c for c in checks if check_type(c) == ctype and not c["passed"]]
         if bad and key not in located:
             located[key] = _evidence(bad[0])
+        for c in bad if ctype == "defect" else ():  # a protocol violation that names a part
+            for part in sorted(_protocol_parts(c)):
+                located.setdefault(part, _evidence(c))
+                direct.add(part)
     law_failed = [c for c in checks if not c["passed"] and check_type(c) not in _DIRECT]
     by_case = defaultdict(list)
     for c in checks:
@@ -327,7 +353,7 @@ def diagnose_e2e(report: dict) -> dict:
         strongest = sorted(bad, key=lambda c: (float(c["pvalue"]), c["case"], c["name"]))[0]
         if key in located:
             p["evidence"] = located[key]
-            p["heuristic"] = key not in _DIRECT.values()
+            p["heuristic"] = key not in _DIRECT.values() and key not in direct
         elif key in explained:
             p["explained_by"] = explained[key]
             p["evidence"] = _evidence(strongest)

@@ -25,8 +25,13 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
   prompt left-padded to the call's longest one, the padding attended: its tokens sit at the
   wrong positions), :class:`PenaltiesOncePerRound` (the penalty counts updated once per
   round, not per accepted token: the drafts of a verify window are not counted for the
-  prefixes after them, SGLang PR #33643) and :class:`FourthWindowPositionMisread` (the
-  fourth position of a verify window reads the third's logits: only γ ≥ 3 shows it);
+  prefixes after them, SGLang PR #33643), :class:`FourthWindowPositionMisread` (the
+  fourth position of a verify window reads the third's logits: only γ ≥ 3 shows it),
+  :class:`MinTokensCheckedPerRound` (``min_tokens`` checked at a round's start for the whole
+  verify window) and :class:`TokensPastStopInWindow` (the tokens a window emits after an
+  accepted stop token kept, SGLang #31599: the output protocol, not a law, catches it); the
+  last two need a stop inside a window, which the scenarios' stop tokens make frequent
+  (``EngineCapabilities.stop_tokens``);
 - the seed faults (:mod:`~specexact.audit.cases.e2e.seed_checks`):
   :class:`SharedUnseededStream` (every unseeded request of a call draws the engine's stream
   from the same state: identical requests give identical outputs, TensorRT-LLM #19487) and
@@ -53,13 +58,13 @@ import torch
 from specexact.audit.zoo import bonus_from_last_draft_position
 from specexact.decoders.adapters.builtin_logits import LogitsLevelVerifier, candidate_histories
 from specexact.decoders.adapters.protocol import LogitsVerifyInputs
-from specexact.decoders.engines.builtin import BuiltinEngine, group_seed
+from specexact.decoders.engines.builtin import BuiltinEngine, MinTokensModel, group_seed
 from specexact.decoders.law_table import shared_laws
 from specexact.decoders.params import SamplingParams, batch_params
 
 __all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
            "LogprobsOfDraftLaw", "TemperatureLostFromPosition16", "UnmaskedLeftPadding", "PenaltiesOncePerRound",
-           "FourthWindowPositionMisread", "SharedUnseededStream", "SeedStreamByPlace", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
+           "FourthWindowPositionMisread", "MinTokensCheckedPerRound", "TokensPastStopInWindow", "SharedUnseededStream", "SeedStreamByPlace", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
 
 
 class _Shifted:
@@ -253,6 +258,78 @@ class FourthWindowPositionMisread(BuiltinEngine):
         return _FourthPositionMisread(target)
 
 
+class _MinTokensAtRoundStart:
+    """``model`` with EOS masked at every position of a call while the row's output, as it
+    was when the call's first requested position was reached, is shorter than ``min_tokens``:
+    the ``min_tokens`` rule evaluated once per verify window (at its start) instead of per
+    position. Shape: as ``model``."""
+
+    def __init__(self, model, *, prompt_len: int, min_tokens: int, eos_token_id: int) -> None:
+        self.model, self.prompt_len, self.min_tokens, self.eos = model, int(prompt_len), int(min_tokens), int(eos_token_id)
+        self.vocab_size, self.device = model.vocab_size, model.device
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.model(input_ids, positions)
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=logits.device)[None].expand(input_ids.shape[0], -1)
+        at_start = positions.to(logits.device).min(1, keepdim=True).values - (self.prompt_len - 1)  # [B, 1]
+        logits = logits.clone()
+        logits[..., self.eos] = torch.where(at_start < self.min_tokens, -torch.inf, logits[..., self.eos])
+        return logits
+
+
+class MinTokensCheckedPerRound(BuiltinEngine):
+    """``min_tokens`` checked once per round: EOS stays masked on every position of a verify
+    window whose round started with fewer than ``min_tokens`` tokens generated, so an EOS that
+    ``min_tokens`` allows inside the window is never emitted there (the ``min_new_tokens``
+    bookkeeping counting rounds, not tokens). Only the speculative path (plain sampling asks
+    one position per call), only with ``min_tokens`` and EOS in the same request, and only
+    where ``min_tokens`` falls inside a window (γ >= 1, ``min_tokens`` not a multiple of the
+    accepted lengths)."""
+
+    name = "zoo-e2e:min_tokens_checked_per_round"
+
+    def speculative_target(self, target):
+        if isinstance(target, MinTokensModel):
+            return _MinTokensAtRoundStart(target.model, prompt_len=target.prompt_len, min_tokens=target.min_tokens,
+                                          eos_token_id=target.eos)
+        return target
+
+
+class TokensPastStopInWindow(BuiltinEngine):
+    """The tokens a verify window emits after an accepted stop token are kept: the round
+    that emits EOS (or the request's stop token) among its accepted drafts appends the
+    window's later accepted drafts and its recovered or bonus token as well, and the request
+    ends with that round (a bonus token leaking past an accepted EOS, SGLang #31599). Only
+    the speculative path; only where a stop is accepted before a window's last token."""
+
+    name = "zoo-e2e:tokens_past_stop_in_window"
+
+    def run_speculative(self, target, draft, prompt_ids, target_params, draft_params, *, eos_token_id=None,
+                        observer=None, **kwargs):
+        if eos_token_id is None:
+            return super().run_speculative(target, draft, prompt_ids, target_params, draft_params,
+                                           eos_token_id=None, observer=observer, **kwargs)
+        B = prompt_ids.shape[0]
+        end = [None] * B  # per row: the end of the round that first kept the stop token
+
+        def cut(record):
+            for a, row in enumerate(record.rows.tolist()):
+                kept = record.output[a, : int(record.num_kept[a])].tolist()
+                if end[row] is None and eos_token_id in kept:
+                    end[row] = int(record.num_generated[a]) + len(kept)
+            if observer is not None:
+                observer(record)
+
+        out = super().run_speculative(target, draft, prompt_ids, target_params, draft_params, eos_token_id=None,
+                                      observer=cut, **kwargs)
+        tokens = out.tokens.clone()
+        for row, e in enumerate(end):
+            if e is not None:
+                tokens[row, e:] = -1
+        return replace(out, tokens=tokens, num_tokens=(tokens >= 0).sum(1))
+
+
 class SharedUnseededStream(BuiltinEngine):
     """Every unseeded request of a call starts from the same state of the engine's stream
     (one engine-wide seed per call, as TensorRT-LLM #19487's unseeded requests shared one
@@ -340,6 +417,8 @@ E2E_WRONG_SCENARIO = {
     "unmasked_left_padding": UnmaskedLeftPadding,
     "penalties_once_per_round": PenaltiesOncePerRound,
     "fourth_window_position_misread": FourthWindowPositionMisread,
+    "min_tokens_checked_per_round": MinTokensCheckedPerRound,
+    "tokens_past_stop_in_window": TokensPastStopInWindow,
 }
 """The planted faults that the generated scenarios reach (mixed prompt lengths in one call,
 penalties across a verify window, γ >= 3), by name."""

@@ -119,7 +119,7 @@ class BuiltinEngine:
                                          "together, arrival steps and scheduler settings do not apply and the "
                                          "law does not depend on them"),
                                   acceptance_scheme="tokenwise", draft_sampling="request",
-                                  first_round_after_token=False, logprobs="processed",
+                                  first_round_after_token=False, logprobs="processed", stop_tokens=True,
                                   seeds=SeedPromise(other_mix=True, unseeded_independent=True,
                                                     source="specexact's BuiltinEngine (module docstring): a "
                                                            "seeded group's rows in seed order, one generator per "
@@ -161,6 +161,13 @@ class BuiltinEngine:
         from specexact.decoders.params import SamplingParams
 
         return params, (SamplingParams(temperature=0.0) if self.method == "draft_model_greedy" else params)
+
+    def run_speculative(self, target, draft, prompt_ids: torch.Tensor, target_params, draft_params, **kwargs):
+        """A group's speculative call: :func:`~specexact.decoders.speculative_generate` with
+        these arguments (``prompt_ids [B, T0]`` int64; ``kwargs`` as it takes them)."""
+        from specexact.decoders import speculative_generate
+
+        return speculative_generate(target, draft, prompt_ids, target_params, draft_params, **kwargs)
 
     def group_target(self, target, *, prompt_len: int, requests: Sequence[GenerationRequest], speculative: bool):
         """The target model a group of requests with prompts of ``prompt_len`` tokens is run
@@ -220,7 +227,7 @@ class BuiltinEngine:
         RuntimeError
             Called before :meth:`load`.
         """
-        from specexact.decoders import naive_generate, speculative_generate
+        from specexact.decoders import naive_generate
 
         if self.target is None:
             raise RuntimeError("BuiltinEngine.generate called before load")
@@ -251,7 +258,7 @@ class BuiltinEngine:
 
             if speculative:
                 pairs = [self.speculative_params(r.params) for r in reqs]
-                out = speculative_generate(self.speculative_target(target), draft, prompts, [p for p, _ in pairs],
+                out = self.run_speculative(self.speculative_target(target), draft, prompts, [p for p, _ in pairs],
                                            [q for _, q in pairs], num_draft_tokens=self.num_speculative_tokens,
                                            max_new_tokens=max_tokens, generator=gen, eos_token_id=eos,
                                            verifier=self.verifier,

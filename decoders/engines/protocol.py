@@ -234,6 +234,14 @@ class EngineCapabilities:
         ``max_model_len``: past it the engine ends the output without EOS, and a prompt of
         that length is refused); ``None``: no limit. The audit's cases keep their requests
         within it (:func:`~specexact.audit.cases.e2e.case.within_context`).
+    stop_tokens : bool
+        Whether the engine ends a request at any ``eos_token_id`` it is given (a stop token,
+        which ``min_tokens`` masks as it masks the model's EOS), not only at the model's own
+        EOS. Default False. Where True, the generated scenarios end each of their EOS shapes at
+        the token its law makes most likely
+        (:func:`~specexact.audit.cases.e2e.laws.likely_stop_token`), so that a stop inside a
+        verify window happens often enough to be checked: the tiny models' own EOS has
+        probability below 0.01 at most positions.
     scheduler : tuple of str
         The :data:`SCHEDULER_AXES` the engine implements: ``"arrival"`` (it adds each request
         at its :attr:`GenerationRequest.arrival` step of its own loop) and the settings its
@@ -258,6 +266,7 @@ class EngineCapabilities:
     seeds: SeedPromise = SeedPromise()
     max_context: int | None = None
     scheduler: tuple[str, ...] = ()
+    stop_tokens: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.seeds, SeedPromise):

@@ -37,6 +37,9 @@ class E2ERowClass:
     arrival : int, default 0
         The engine step at which the class's requests arrive (an engine that declares the
         ``"arrival"`` scheduler axis adds them then; others ignore it).
+    stop_token : int or None, default None
+        The id that ends the class's requests in place of the model's EOS (``eos`` on; an
+        engine that declares ``stop_tokens``); ``None``: the model's EOS.
     """
 
     prompt: tuple[int, ...]
@@ -45,16 +48,30 @@ class E2ERowClass:
     min_tokens: int = 0
     eos: bool = False
     arrival: int = 0
+    stop_token: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.stop_token is not None and (not self.eos or int(self.stop_token) < 0):
+            raise ValueError(f"stop_token must be an id >= 0 of a class with eos on, got {self.stop_token!r} "
+                             f"(eos {'on' if self.eos else 'off'})")
+
+    def eos_id(self, model_eos: int | None) -> int | None:
+        """The id that ends the class's requests: ``None`` with EOS off, else ``stop_token``
+        or the model's EOS ``model_eos``."""
+        if not self.eos:
+            return None
+        return model_eos if self.stop_token is None else int(self.stop_token)
 
     def describe(self) -> str:
         lim = f"max_tokens={self.max_tokens}" + (f" min_tokens={self.min_tokens}" if self.min_tokens else "")
         at = f"; arrives at step {self.arrival}" if self.arrival else ""
         return (f"prompt {list(self.prompt)}; {self.params.describe() or 'plain'}; {lim}; "
-                f"eos {'on' if self.eos else 'off'}{at}")
+                f"eos {'on' if self.eos else 'off'}"
+                + (f" (stop token {self.stop_token})" if self.stop_token is not None else "") + at)
 
     def request(self, eos_token_id: int, seed: int | None, logprobs: bool = False) -> GenerationRequest:
         return GenerationRequest(prompt_token_ids=self.prompt, params=self.params, max_tokens=self.max_tokens,
-                                 min_tokens=self.min_tokens, eos_token_id=eos_token_id if self.eos else None,
+                                 min_tokens=self.min_tokens, eos_token_id=self.eos_id(eos_token_id),
                                  seed=seed, logprobs=logprobs, arrival=self.arrival)
 
 

@@ -85,7 +85,7 @@ def exact_logprobs(case: E2ECase, c: int, caps: EngineCapabilities, outputs: tor
     rc = case.row_classes[c]
     seqs = outputs[:, : rc.max_tokens].to(torch.int64)
     target, _ = case_models(case)
-    eos = target.eos_token_id if rc.eos else None
+    eos = rc.eos_id(target.eos_token_id)
     if caps.logprobs == "processed" and rc.params.temperature == 0:
         return torch.full((seqs.shape[0], rc.max_tokens), math.nan, dtype=torch.float64)
     if caps.logprobs == "processed":

@@ -33,6 +33,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 
 from specexact.audit.cases.e2e.case import E2ECase, E2ERowClass, seed_checks_of, within_context
+from specexact.audit.cases.e2e.laws import likely_stop_token
 from specexact.decoders.engines.protocol import GenerationRequest
 from specexact.decoders.tiny_models import CATALOG
 from specexact.fuzz.generation import within_processing
@@ -240,7 +241,9 @@ def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pa
     (:func:`~specexact.fuzz.generation.within_processing`), ``min_tokens`` and EOS only where
     it implements them, prompt plus ``max_tokens`` within its declared context
     (:func:`~specexact.audit.cases.e2e.case.within_context`: ``max_tokens`` lowered, a shape
-    whose prompt leaves no room left out); the bands of :data:`SCENARIO_BANDS` below its
+    whose prompt leaves no room left out); an EOS shape of an engine that takes any stop token
+    (``EngineCapabilities.stop_tokens``) stops at the token its law makes most likely
+    (:func:`~specexact.audit.cases.e2e.laws.likely_stop_token`); the bands of :data:`SCENARIO_BANDS` below its
     longest output.
 
     Raises
@@ -261,9 +264,11 @@ def scenario_case(engine, scenario: Scenario, method: str = "draft_model", *, pa
     arrivals = "arrival" in caps.scheduler  # an engine without a scheduler ignores them (its law does not depend on them)
     for i, s in enumerate(scenario.shapes):
         eos = bool(s.eos and caps.eos)
-        rc = E2ERowClass(scenario.prompt(i, V), within_processing(s.params, caps.processing), max_tokens=s.max_tokens,
+        prompt, params = scenario.prompt(i, V), within_processing(s.params, caps.processing)
+        stop = likely_stop_token(pair, prompt, params, caps.processing) if eos and caps.stop_tokens else None
+        rc = E2ERowClass(prompt, params, max_tokens=s.max_tokens,
                          min_tokens=s.min_tokens if (eos and caps.min_tokens) else 0, eos=eos,
-                         arrival=s.arrival if arrivals else 0)
+                         arrival=s.arrival if arrivals else 0, stop_token=stop)
         fit = within_context(rc, caps.max_context)
         clipped = clipped or fit != rc
         if fit is not None:

@@ -54,7 +54,7 @@ def collision_probability_of_class(case: E2ECase, c: int, caps: EngineCapabiliti
     rc = case.row_classes[c]
     target, _ = case_models(case)
     laws = conditional_laws(target, rc.prompt, torch.zeros((1, 1), dtype=torch.int64), rc.params, caps.processing,
-                            min_tokens=rc.min_tokens, eos_token_id=target.eos_token_id if rc.eos else None)
+                            min_tokens=rc.min_tokens, eos_token_id=rc.eos_id(target.eos_token_id))
     p = laws.probs[0, 0].to(torch.float64)
     return float(min(1.0, float((p * p).sum())))
 

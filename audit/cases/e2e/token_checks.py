@@ -89,7 +89,7 @@ def token_pits(case: E2ECase, c: int, caps: EngineCapabilities, outputs: torch.T
     seqs = outputs[:, : rc.max_tokens].to(torch.int64)
     target, _ = case_models(case)
     laws = conditional_laws(target, rc.prompt, seqs, rc.params, caps.processing, min_tokens=rc.min_tokens,
-                            eos_token_id=target.eos_token_id if rc.eos else None)
+                            eos_token_id=rc.eos_id(target.eos_token_id))
     w = _uniforms(seed, path, case.class_id(c), tuple(seqs.shape))
     events = laws.valid
     u = torch.where(events, laws.pit(w), w)

@@ -228,3 +228,43 @@ def test_an_engine_with_a_scheduler_gets_arrivals_and_settings_and_the_same_laws
         "reproducible", "reproducible_in_mix", "independent_requests"}
     assert rep["config"]["scenario"]["scheduler"]["chunk_tokens"] == 12
     assert rep["config"]["scenario_axes"]["staggered_arrivals"] and rep["config"]["scenario_axes"]["kv_pressure"]
+
+
+def test_an_engine_that_takes_any_stop_token_gets_a_likely_one_and_others_keep_the_models_eos():
+    # the tiny models' EOS has probability < 0.01 at most positions: a stop inside a verify
+    # window would almost never happen. The built-in engine takes any stop token: each EOS shape
+    # stops at its law's most likely first token, and its requests and laws use that id.
+    from specexact.audit.cases.e2e.laws import case_models, likely_stop_token
+    from specexact.decoders.tiny_models import exact_sequence_law
+
+    assert ENGINE.capabilities().stop_tokens
+    eos_classes = [(case, rc) for case in CASES for rc in case.row_classes if rc.eos]
+    assert eos_classes, "the default seed's scenarios have no EOS shape"
+    for case, rc in eos_classes:
+        target, _ = case_models(case)
+        first = exact_sequence_law(target, rc.prompt, rc.params, ENGINE.capabilities().processing, max_tokens=1)
+        best = max(first.probs)
+        assert rc.stop_token == likely_stop_token(case.pair, rc.prompt, rc.params, ENGINE.capabilities().processing)
+        assert dict(zip((int(s[0]) for s in first.sequences.tolist()), first.probs))[rc.stop_token] == best
+        assert best > 0.2  # far above the model's EOS (< 0.01): stops happen inside windows
+        req = rc.request(target.eos_token_id, seed=0)
+        assert req.eos_token_id == rc.stop_token
+    assert {rc.stop_token for _, rc in eos_classes} != {case_models(CASES[0])[0].eos_token_id}
+
+    class ModelEosOnly(BuiltinEngine):  # an engine that stops at the model's EOS only
+        def capabilities(self):
+            return replace(super().capabilities(), stop_tokens=False)
+
+    for case in scenario_cases(ModelEosOnly(), seed=0):
+        for rc in case.row_classes:
+            assert rc.stop_token is None
+            assert rc.eos_id(7) == (7 if rc.eos else None)
+
+
+def test_a_stop_token_needs_eos_on():
+    from specexact.audit.cases.e2e.case import E2ERowClass
+
+    with pytest.raises(ValueError, match="stop_token"):
+        E2ERowClass((1, 2), SamplingParams(), max_tokens=3, eos=False, stop_token=5)
+    rc = E2ERowClass((1, 2), SamplingParams(), max_tokens=3, eos=True, stop_token=5)
+    assert rc.eos_id(1) == 5 and "stop token 5" in rc.describe()

@@ -114,6 +114,25 @@ def test_a_seed_fault_is_named_seeds_and_a_crash_protocol():
     assert diagnose(r)["culprits"] == ["protocol", "seeds"]
 
 
+@pytest.mark.parametrize("violation, part", [
+    ("request 11: tokens continue after EOS 37 at index 0", "eos_cut"),
+    ("request 2: 3 tokens for max_tokens=5 without EOS at the end", "eos_cut"),
+    ("request 0: EOS at index 1 before min_tokens=3", "per_prefix_processing"),
+])
+def test_a_protocol_violation_that_names_a_part_of_the_loop_blames_it_directly(violation, part):
+    # an output that continues after its EOS is the loop's EOS bookkeeping, not only "the protocol"
+    r = e2e_report()
+    message = f"protocol violation in speculative generate call 0: VerifierProtocolError: speculative generate: {violation}"
+    r["checks"].append(chk("defect", passed=False, n=0, message=message))
+    d = diagnose(r)
+    parts = {p["part"]: p for p in d["parts"]}
+    assert d["culprits"][:1] == ["protocol"] and part in d["culprits"], d["summary"]
+    assert parts[part]["status"] == "fail" and not parts[part]["heuristic"] and violation in parts[part]["evidence"]
+    # a crash names the protocol only
+    r["checks"][-1] = chk("defect", passed=False, n=0, message="crash in speculative generate call 0")
+    assert diagnose(r)["culprits"] == ["protocol"]
+
+
 def test_dependent_unseeded_requests_are_named_seeds_and_explain_the_laws_that_pool_them():
     # a shared stream: independent_requests fails, and the law checks that pool the dependent
     # draws as independent fail with it; they name no suspect

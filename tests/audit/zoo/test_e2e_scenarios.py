@@ -1,7 +1,9 @@
 """Planted faults only generated end-to-end scenarios reach (audit/zoo/e2e.py
-E2E_WRONG_SCENARIO): each is caught by the per-token checks of the scenarios of the default
-seed, on the speculative path only, and the failing scenario is shrunk with a replay that fails
-again. The correct engine passes the same scenarios: tests/audit/cases/test_e2e_scenarios.py."""
+E2E_WRONG_SCENARIO): each is caught in the scenarios of the default seed, on the speculative
+path only — by the per-token checks, or (tokens kept past a stop inside a verify window) by
+the output protocol, diagnosed EOS / length bookkeeping — and the failing scenario is shrunk
+with a replay that fails again. The correct engine passes the same scenarios:
+tests/audit/cases/test_e2e_scenarios.py."""
 
 import pytest
 
@@ -12,7 +14,9 @@ from specexact.audit.cases.e2e.scenarios import scenario_cases
 from specexact.audit.zoo.e2e import (
     E2E_WRONG_SCENARIO,
     FourthWindowPositionMisread,
+    MinTokensCheckedPerRound,
     PenaltiesOncePerRound,
+    TokensPastStopInWindow,
     UnmaskedLeftPadding,
 )
 from specexact.strategies import Scenario
@@ -21,7 +25,13 @@ from specexact.strategies import Scenario
 def test_the_scenario_faults_are_listed():
     assert E2E_WRONG_SCENARIO == {"unmasked_left_padding": UnmaskedLeftPadding,
                                   "penalties_once_per_round": PenaltiesOncePerRound,
-                                  "fourth_window_position_misread": FourthWindowPositionMisread}
+                                  "fourth_window_position_misread": FourthWindowPositionMisread,
+                                  "min_tokens_checked_per_round": MinTokensCheckedPerRound,
+                                  "tokens_past_stop_in_window": TokensPastStopInWindow}
+
+
+FOUND_BY = {"tokens_past_stop_in_window": {("defect", "defect")}}
+"""The findings a fault makes where they are not a per-token law's (``token_law``, inexact)."""
 
 
 def _audit(engine, alpha):
@@ -38,7 +48,11 @@ def test_a_scenario_fault_is_caught_on_the_speculative_path(name, alpha, monkeyp
     report = _audit(E2E_WRONG_SCENARIO[name](), alpha)
     assert report["verdict"] == "fail"
     failed = {(f["check"].split("[")[0], f["tier"]) for f in report["findings"]}
-    assert failed == {("token_law", "inexact")}, failed  # the plain path is right
+    assert failed == FOUND_BY.get(name, {("token_law", "inexact")}), failed  # the plain path is right
+    if name in FOUND_BY:  # the output protocol: tokens after the stop token, the loop's EOS bookkeeping
+        assert all("continue after EOS" in f["message"] for f in report["findings"]), report["findings"]
+        assert "eos_cut" in report["diagnosis"]["culprits"], report["diagnosis"]["summary"]
+        return
     for rep in report["cases"]:
         if rep["verdict"] == "fail":  # the original scenario's checks decide; the shrink is kept beside them
             assert rep["shrunk"]["scenario"] == rep["config"]["scenario"], rep["shrunk"]["note"]
