@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.10`` -> ``1.11``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.11`` -> ``1.12``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -133,7 +133,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.10/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.11/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -242,7 +242,9 @@ REPORT_SCHEMA: dict[str, Any] = {
                               "batching", "logprobs"],
                      "description": "since 1.9: logprobs (an end-to-end engine's reported logprobs); since 1.10 "
                                     "the part seeds also holds the seed promise's checks (reproducible_in_mix, "
-                                    "independent_requests)"},
+                                    "independent_requests); since 1.11 also reproducible_alone, and an "
+                                    "end-to-end case's config has check_alone, its engine's capabilities "
+                                    "stop_tokens and seeds.alone"},
         "diagnosis_part": {
             "type": "object",
             "required": ["part", "label", "status", "checks_run", "failed", "evidence", "explained_by", "heuristic",

@@ -19,7 +19,7 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
   processing, EOS / length, batching);
 - ``accepted_length[class c]`` (the first round's accepted count against its exact law):
   drafting, target forward, the acceptance rule, batching and the class's processing;
-- ``reproducible``, ``reproducible_in_mix`` and ``independent_requests``
+- ``reproducible``, ``reproducible_in_mix``, ``reproducible_alone`` and ``independent_requests``
   (:mod:`~specexact.audit.cases.e2e.seed_checks`): seeds; ``defect`` (crash, hang, protocol break): the protocol,
   and where its output-protocol violation names one, that part too (tokens after EOS or an
   output of the wrong length: EOS / length bookkeeping; EOS before ``min_tokens``: per-prefix
@@ -33,7 +33,7 @@ hang, output) and the emitted law. Each part lists the checks that tested it (``
 A part reads ``"pass"`` when its checks ran and passed, ``"not_tested"`` when none covered
 it. Failures are located, where the checks allow (**heuristics**, ``heuristic`` true):
 
-- ``defect`` fails the protocol, ``reproducible``, ``reproducible_in_mix`` and
+- ``defect`` fails the protocol, ``reproducible``, ``reproducible_in_mix``, ``reproducible_alone`` and
   ``independent_requests`` the seeds and a logprob check the reported logprobs (direct); a
   failing ``independent_requests`` also explains its case's failing law checks (dependent
   draws pooled as independent ones), which then name no suspects;
@@ -77,7 +77,7 @@ E2E_PARTS = (
 )
 """The parts of an end-to-end diagnosis, in report order: ``(key, label)``."""
 
-_DIRECT = {"defect": "protocol", "reproducible": "seeds", "reproducible_in_mix": "seeds",
+_DIRECT = {"defect": "protocol", "reproducible": "seeds", "reproducible_in_mix": "seeds", "reproducible_alone": "seeds",
            "independent_requests": "seeds", "token_logprobs": "logprobs", "plain_token_logprobs": "logprobs"}
 """Check types that name their part directly (no heuristic)."""
 
@@ -101,7 +101,7 @@ def _protocol_parts(chk: dict) -> set:
     return {part for fragment, part in _PROTOCOL_PARTS if fragment in message}
 
 E2E_CHECK_TYPES = ("sequence_law", "sequences_vs_plain", "plain_sequence_law", "accepted_length", "reproducible",
-                   "reproducible_in_mix", "independent_requests", "defect", "token_logprobs", "plain_token_logprobs", *BAND_CHECK_TYPES)
+                   "reproducible_in_mix", "reproducible_alone", "independent_requests", "defect", "token_logprobs", "plain_token_logprobs", *BAND_CHECK_TYPES)
 """The check types of an end-to-end case (:mod:`specexact.audit.cases.e2e.checks`)."""
 
 _SPECULATIVE = ("drafting", "target_forward", "acceptance_rule", "recovered_token", "bonus_token", "eos_cut",

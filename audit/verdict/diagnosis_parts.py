@@ -39,7 +39,7 @@ CHECK_PARTS = {
     "sequence_law": "emitted_law", "first_token_law": "emitted_law", "sequences_vs_naive": "emitted_law",
     # end-to-end cases (audit/cases/e2e/)
     "plain_sequence_law": "emitted_law", "sequences_vs_plain": "emitted_law", "reproducible": "reproducibility",
-    "reproducible_in_mix": "reproducibility", "independent_requests": "independence",
+    "reproducible_in_mix": "reproducibility", "reproducible_alone": "reproducibility", "independent_requests": "independence",
     "token_law": "emitted_law", "plain_token_law": "emitted_law",
 }
 """The part each check type belongs to."""

@@ -28,7 +28,8 @@ def _checks_of(config: dict) -> int:
         return e2e_num_checks(len(config.get("row_classes") or []),
                               sum(bool(a) for a in config.get("check_acceptance") or []),
                               len(config.get("position_bands") or []), bool(config.get("check_logprobs")),
-                              bool(config.get("unseeded")), bool(config.get("check_in_mix")))
+                              bool(config.get("unseeded")), bool(config.get("check_in_mix")),
+                              bool(config.get("check_alone")))
     return (4 if config.get("exact", True) else 5) * len(config.get("row_classes", []) or [1]) + DECISION_CHECKS
 
 

@@ -68,7 +68,7 @@ CHECK_TIERS = {
     "plain_sequence_law": "inexact", "sequences_vs_plain": "inexact", "reproducible": "defect",
     # an engine's seed promise (audit/cases/e2e/seed_checks.py): a seeded request in another mix
     # (a broken promise: defect), unseeded requests of one call dependent (their joint law: inexact)
-    "reproducible_in_mix": "defect", "independent_requests": "inexact",
+    "reproducible_in_mix": "defect", "reproducible_alone": "defect", "independent_requests": "inexact",
     # a long end-to-end case's per-token checks (audit/cases/e2e/token_checks.py)
     "token_law": "inexact", "plain_token_law": "inexact",
     # an engine's reported logprobs against the exact law (audit/cases/e2e/logprob_checks.py):

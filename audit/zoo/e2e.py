@@ -36,7 +36,9 @@ end-to-end audit (:mod:`specexact.audit.cases.e2e`) must find it:
   :class:`SharedUnseededStream` (every unseeded request of a call draws the engine's stream
   from the same state: identical requests give identical outputs, TensorRT-LLM #19487) and
   :class:`SeedStreamByPlace` (a seeded group's stream seeded from its requests' places in the
-  call as well as their seeds: the same call reproduces, another mix does not);
+  call as well as their seeds: the same call reproduces, another mix does not) and
+  :class:`SeededStreamOfTheBatch` (promises a seeded request alone, but its stream is its
+  batch's: ``reproducible_alone``);
 - :class:`CrashesOnTopK`: a speculative call holding a top-k request raises, and the engine
   raises on every call after that until it is loaded again (what vLLM 0.32's CPU route does,
   ``scripts/replays/vllm_e2e_topk_crash.py``): the audit must name the classes that crash
@@ -64,7 +66,7 @@ from specexact.decoders.params import SamplingParams, batch_params
 
 __all__ = ["LogitsOnePositionOff", "TemperatureOnDraftsOnly", "SeedIgnored", "BonusFromWrongPosition", "CrashesOnTopK",
            "LogprobsOfDraftLaw", "TemperatureLostFromPosition16", "UnmaskedLeftPadding", "PenaltiesOncePerRound",
-           "FourthWindowPositionMisread", "MinTokensCheckedPerRound", "TokensPastStopInWindow", "SharedUnseededStream", "SeedStreamByPlace", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
+           "FourthWindowPositionMisread", "MinTokensCheckedPerRound", "TokensPastStopInWindow", "SharedUnseededStream", "SeededStreamOfTheBatch", "SeedStreamByPlace", "E2E_WRONG", "E2E_WRONG_LONG", "E2E_WRONG_SCENARIO"]
 
 
 class _Shifted:
@@ -373,6 +375,19 @@ class SeedStreamByPlace(BuiltinEngine):
         return torch.Generator().manual_seed(group_seed([int(requests[i].seed) for i in idx] + list(idx)))
 
 
+class SeededStreamOfTheBatch(BuiltinEngine):
+    """Promises that a seeded request reproduces alone (``SeedPromise.alone``), but keeps the
+    built-in engine's scheme: one generator per group of seeded requests of one shape, seeded
+    from all their seeds, so a request alone in its call draws another stream (a seeded output
+    that depends on the batch it came in)."""
+
+    name = "zoo-e2e:seeded_stream_of_the_batch"
+
+    def capabilities(self):
+        caps = super().capabilities()
+        return replace(caps, seeds=replace(caps.seeds, alone=True))
+
+
 class CrashesOnTopK(BuiltinEngine):
     """Speculative calls with a top-k request raise; every call raises after a crash until
     :meth:`load` runs again (a broken engine state)."""
@@ -405,6 +420,7 @@ E2E_WRONG = {
     "logprobs_of_draft_law": LogprobsOfDraftLaw,
     "shared_unseeded_stream": SharedUnseededStream,
     "seed_stream_by_place": SeedStreamByPlace,
+    "seeded_stream_of_the_batch": SeededStreamOfTheBatch,
 }
 """The planted end-to-end faults by name (each caught by the enumerable case)."""
 

@@ -132,7 +132,7 @@ class MlxEngine:
                   "request; the adapter stops at the first EOS as stream_generate does; acceptance from the "
                   "yielded from_draft flags",
             acceptance_scheme="sample_compare",
-            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True, alone=True,
                               source="the adapter: one request at a time, mx.random.seed(seed) before each seeded "
                                      "one; unseeded ones continue MLX's global key"),
             draft_sampling="request",

@@ -179,7 +179,7 @@ class TransformersEngine:
             draft_sampling="request",
             first_round_after_token=False,
             logprobs="processed",
-            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True, alone=True,
                               source="the adapter: one request at a time, torch.manual_seed(seed) before each seeded "
                                      "one; unseeded ones continue torch's global RNG"),
         )

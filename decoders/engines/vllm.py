@@ -283,7 +283,7 @@ class VllmEngine:
             methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",
             draft_sampling=draft_sampling, first_round_after_token=True, logprobs="raw", scheduler=SCHEDULER_AXES,
-            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True, alone=True,
                               source="vllm/sampling_params.py (seed: per-request generator, SamplingType.RANDOM_SEED;"
                                      " seed=None: the global generator, LLM(seed=...))"),
             max_context=self.max_model_len,

@@ -143,6 +143,10 @@ class E2ECase:
         Whether the first call's seeded requests are generated again in another mix (reversed,
         the unseeded ones left out: :meth:`mix_requests`), speculative and plain, and the
         ``reproducible_in_mix`` check runs; set for an engine that promises ``other_mix``.
+    check_alone : bool, default False
+        Whether the first call's first seeded request is generated again as the only request
+        of a call (:meth:`alone_requests`), speculative and plain, and the
+        ``reproducible_alone`` check runs; set for an engine that promises ``alone``.
     """
 
     name: str
@@ -162,6 +166,7 @@ class E2ECase:
     check_logprobs: bool = False
     unseeded: bool = False
     check_in_mix: bool = False
+    check_alone: bool = False
 
     def __post_init__(self) -> None:
         if not self.row_classes:
@@ -245,6 +250,11 @@ class E2ECase:
         reqs = self.requests(eos_token_id, call, logprobs)
         return [reqs[r] for r in reversed(self.seeded_rows())]
 
+    def alone_requests(self, eos_token_id: int, call: int, logprobs: bool = False) -> list[GenerationRequest]:
+        """Call ``call``'s first seeded request alone (request ``seeded_rows()[0]`` of
+        :meth:`requests`)."""
+        return [self.requests(eos_token_id, call, logprobs)[self.seeded_rows()[0]]]
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["row_classes"] = [rc.describe() for rc in self.row_classes]
@@ -257,8 +267,9 @@ def seed_checks_of(caps) -> dict:
     """The seed-check fields of a case made for an engine of capabilities ``caps``
     (:class:`~specexact.decoders.engines.seeds.SeedPromise`): ``unseeded`` where it promises
     independent unseeded requests, ``check_in_mix`` where it promises seeded requests in
-    another mix."""
-    return {"unseeded": bool(caps.seeds.unseeded_independent), "check_in_mix": bool(caps.seeds.other_mix)}
+    another mix, ``check_alone`` where it promises a seeded request alone."""
+    return {"unseeded": bool(caps.seeds.unseeded_independent), "check_in_mix": bool(caps.seeds.other_mix),
+            "check_alone": bool(caps.seeds.alone)}
 
 
 def model_dirs(case: E2ECase) -> tuple[Path, Path]:

@@ -39,16 +39,18 @@ where the case checks acceptance)."""
 
 
 def e2e_num_checks(num_classes: int, num_acceptance_checked: int, num_bands: int = 0,
-                   check_logprobs: bool = False, unseeded: bool = False, check_in_mix: bool = False) -> int:
+                   check_logprobs: bool = False, unseeded: bool = False, check_in_mix: bool = False,
+                   check_alone: bool = False) -> int:
     """Checks of an end-to-end case: :data:`E2E_CHECKS_PER_CLASS` per class (a long case with
     ``num_bands > 0`` position bands: ``token_law`` and ``plain_token_law`` per band instead),
     ``reproducible``, one ``accepted_length`` per class that checks acceptance, with
     ``check_logprobs`` the two logprob checks, with ``unseeded`` ``independent_requests`` and
-    with ``check_in_mix`` ``reproducible_in_mix``
+    with ``check_in_mix`` ``reproducible_in_mix``, with ``check_alone`` ``reproducible_alone``
     (:mod:`~specexact.audit.cases.e2e.seed_checks`; the report reads the same count from a
     case's config)."""
     per = 2 * int(num_bands) if num_bands else E2E_CHECKS_PER_CLASS * num_classes
-    return per + 1 + num_acceptance_checked + 2 * bool(check_logprobs) + bool(unseeded) + bool(check_in_mix)
+    return (per + 1 + num_acceptance_checked + 2 * bool(check_logprobs) + bool(unseeded) + bool(check_in_mix)
+            + bool(check_alone))
 
 
 def reproducible_check(again, first, again_plain, first_plain, alpha: float, rows=None):

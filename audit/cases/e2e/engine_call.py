@@ -152,14 +152,17 @@ def engine_generate(engine, requests, speculative: bool):
 
 
 def generate_call(engine, case: E2ECase, call: int, *, speculative: bool, logprobs: bool = False,
-                  mix: bool = False):
+                  mix: bool = False, alone: bool = False):
     """One generate call of the case's requests for call ``call`` (with ``logprobs``, each
     asking for its tokens' logprobs; with ``mix``, the call's seeded requests in another mix:
-    :meth:`~specexact.audit.cases.e2e.case.E2ECase.mix_requests`): ``(requests, results)``.
+    :meth:`~specexact.audit.cases.e2e.case.E2ECase.mix_requests`; with ``alone``, its first
+    seeded request alone: :meth:`~specexact.audit.cases.e2e.case.E2ECase.alone_requests`):
+    ``(requests, results)``.
     Raises what the engine raises; a break of the output protocol raises
     :class:`~specexact.decoders.VerifierProtocolError` (a defect)."""
     target, _ = case_models(case)
-    requests = (case.mix_requests if mix else case.requests)(target.eos_token_id, call, logprobs)
+    make = case.alone_requests if alone else case.mix_requests if mix else case.requests
+    requests = make(target.eos_token_id, call, logprobs)
     results = engine_generate(engine, requests, speculative)
     bad = check_generation_results(requests, results, target.vocab_size)
     if bad is not None:

@@ -34,7 +34,7 @@ class E2EKind:
     def checks(self, case: E2ECase) -> int:
         C = len(case.row_classes)
         return e2e_num_checks(C, sum(case.acceptance_checked(c) for c in range(C)), len(case.position_bands or ()),
-                              case.check_logprobs, case.unseeded, case.check_in_mix)
+                              case.check_logprobs, case.unseeded, case.check_in_mix, case.check_alone)
 
     def restrict(self, case: E2ECase, engine):
         if not is_engine(engine):
@@ -59,8 +59,9 @@ class E2EKind:
     def fixed_calls(self, case: E2ECase) -> int:
         """The reproducibility pair (the first call's requests again, speculative and plain),
         and where the case checks it the in-mix pair (the first call's seeded requests again,
-        reversed: :mod:`~specexact.audit.cases.e2e.seed_checks`), counted as a whole pair."""
-        return 1 + bool(case.check_in_mix)
+        reversed: :mod:`~specexact.audit.cases.e2e.seed_checks`), counted as a whole pair; the
+        alone pair (one request) where the case checks it is counted as a pair too (an upper bound)."""
+        return 1 + bool(case.check_in_mix) + bool(case.check_alone)
 
     def planning_checks(self, case: E2ECase) -> list[tuple[int, bool]]:
         if case.position_bands:  # a PIT check on MAX_CELLS cells, its slots at least the sequences (a stand-in)

@@ -31,7 +31,8 @@ from specexact.audit.cases.e2e.checks import class_checks, reproducible_check
 from specexact.audit.cases.e2e.laws import case_models, class_laws
 from specexact.audit.cases.e2e.logprob_checks import padded_tokens as _padded
 from specexact.audit.cases.e2e.logprob_checks import results_logprob_checks
-from specexact.audit.cases.e2e.seed_checks import independent_requests_check, reproducible_in_mix_check
+from specexact.audit.cases.e2e.seed_checks import (independent_requests_check, reproducible_alone_check,
+                                                    reproducible_in_mix_check)
 from specexact.audit.cases.e2e.token_checks import band_checks
 from specexact.audit.cases.e2e.engine_call import (
     FreshProcessWork,
@@ -139,7 +140,8 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 # a long case's checks grow with its outputs (one teacher-forced forward per output)
                 tail_checks_s = checks_s * (b + 1) if case.position_bands else checks_s
                 if enough_calls(b, num_batches, time_budget_s, now - start, min_batches, call_s=pair_s,
-                                tail_s=pair_s * (1 + bool(case.check_in_mix and reproducibility)) + tail_checks_s):
+                                tail_s=pair_s * (1 + bool((case.check_in_mix or case.check_alone)
+                                                         and reproducibility)) + tail_checks_s):
                     break
             where = "the reproducibility calls"
             if not reproducibility:
@@ -157,6 +159,13 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                                       mix=True)[1], case.length)
                 mixed_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
                                             mix=True)[1], case.length)
+            alone = alone_plain = None
+            if case.check_alone and reproducibility:
+                where = "the alone reproducibility calls"
+                alone = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
+                                      alone=True)[1], case.length)
+                alone_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
+                                            alone=True)[1], case.length)
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
@@ -187,6 +196,10 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
             rows = list(reversed(case.seeded_rows()))
             result.checks.append(reproducible_in_mix_check(mixed, spec[0][rows], mixed_plain, plain[0][rows],
                                                            false_fail_rate))
+        if alone is not None:  # the alone call's request is the first call's first seeded one
+            row = case.seeded_rows()[:1]
+            result.checks.append(reproducible_alone_check(alone, spec[0][row], alone_plain, plain[0][row],
+                                                          false_fail_rate))
         if case.unseeded:
             result.checks.append(independent_requests_check(case, caps, spec, plain, false_fail_rate))
         result.checks.extend(logprob_results)

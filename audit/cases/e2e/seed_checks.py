@@ -1,4 +1,4 @@
-"""The seed checks of an end-to-end case: independent unseeded requests, seeded ones in another mix.
+"""The seed checks of an end-to-end case: independent unseeded requests, seeded ones in another mix or alone.
 
 What an engine promises about seeds (:class:`~specexact.decoders.engines.seeds.SeedPromise`)
 is checked where it declares it:
@@ -20,6 +20,11 @@ is checked where it declares it:
   reversed and without the unseeded ones (:meth:`E2ECase.mix_requests
   <specexact.audit.cases.e2e.case.E2ECase.mix_requests>`), speculative and plain, must give
   the outputs they had in the first call: exact, a broken promise is a *defect*.
+- ``reproducible_alone`` (``alone``): the first call's first seeded request generated again
+  as the only request of a call (:meth:`E2ECase.alone_requests
+  <specexact.audit.cases.e2e.case.E2ECase.alone_requests>`), speculative and plain, must give
+  the output it had in the first call: exact, a broken promise is a *defect* (an engine whose
+  seeded stream is shared by a batch's requests, or whose batch shape changes the draws).
 
 Shapes: outputs ``[N, L]`` int64, ``-1`` after their end.
 """
@@ -38,7 +43,7 @@ from specexact.decoders.tiny_models import conditional_laws
 from specexact.exactness.pooled_pairs import pooled_pair_agreement_check
 from specexact.exactness.results import CheckResult
 
-__all__ = ["MAX_PAIRS_PER_CLASS", "collision_probability_of_class", "independent_requests_check",
+__all__ = ["MAX_PAIRS_PER_CLASS", "collision_probability_of_class", "independent_requests_check", "reproducible_alone_check",
            "reproducible_in_mix_check"]
 
 MAX_PAIRS_PER_CLASS = 512
@@ -126,3 +131,23 @@ def reproducible_in_mix_check(mix: torch.Tensor, first: torch.Tensor, mix_plain:
     return CheckResult(name="reproducible_in_mix", method="exact", statistic=0.0, pvalue=1.0, dof=None, n=2 * n,
                        false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.01, passed=True, worst=(),
                        details={"speculative_differ": 0, "plain_differ": 0, "requests": n}, description=text)
+
+
+def reproducible_alone_check(alone: torch.Tensor, first: torch.Tensor, alone_plain: torch.Tensor,
+                             first_plain: torch.Tensor, alpha: float) -> CheckResult:
+    """The exact ``reproducible_alone`` check: ``alone`` / ``alone_plain`` (``[1, L]``, the
+    request generated alone) against its outputs in the first call (``first`` / ``first_plain``,
+    ``[1, L]``)."""
+    diff = int((alone != first).any(1).sum())
+    diff_plain = int((alone_plain != first_plain).any(1).sum())
+    text = "a seeded request reproduces alone (the only request of a call; exact)"
+    if diff or diff_plain:
+        chk = defect_check("reproducible_alone", f"the first call's first seeded request again, alone in its call, gave "
+                           f"another output: speculative {'differs' if diff else 'the same'}, plain "
+                           f"{'differs' if diff_plain else 'the same'} (the engine promises a seeded request's "
+                           "output whatever else the call holds, nothing included)", alpha)
+        return replace(chk, description=text, details={**chk.details, "speculative_differ": diff,
+                                                       "plain_differ": diff_plain, "requests": 1})
+    return CheckResult(name="reproducible_alone", method="exact", statistic=0.0, pvalue=1.0, dof=None, n=2,
+                       false_fail_rate=alpha, detectable_tv=0.0, false_pass_rate=0.01, passed=True, worst=(),
+                       details={"speculative_differ": 0, "plain_differ": 0, "requests": 1}, description=text)

@@ -1,6 +1,7 @@
 """The seed checks of an end-to-end case (audit/cases/e2e/seed_checks.py): what an engine
 promises about seeds (decoders/engines/seeds.py), its unseeded requests' independence and
-its seeded requests in another mix, on the built-in engine and the planted seed faults."""
+its seeded requests in another mix or alone, on the built-in engine, an engine seeding each
+request on its own, and the planted seed faults."""
 
 from dataclasses import replace
 
@@ -13,8 +14,8 @@ from specexact.audit.cases.e2e.catalog import e2e_cases
 from specexact.audit.cases.e2e.checks import reproducible_check
 from specexact.audit.cases.e2e.engine_call import ensure_loaded, generate_call
 from specexact.audit.cases.e2e.sampling import run_e2e_case
-from specexact.audit.cases.e2e.seed_checks import reproducible_in_mix_check
-from specexact.audit.zoo.e2e import SeedStreamByPlace, SharedUnseededStream
+from specexact.audit.cases.e2e.seed_checks import reproducible_alone_check, reproducible_in_mix_check
+from specexact.audit.zoo.e2e import SeededStreamOfTheBatch, SeedStreamByPlace, SharedUnseededStream
 from specexact.decoders.engines import EngineCapabilities, GenerationRequest, SeedPromise
 from specexact.decoders.engines.builtin import BuiltinEngine
 from specexact.decoders.params import SamplingParams
@@ -40,19 +41,28 @@ def test_every_second_request_of_a_class_is_unseeded_and_the_mix_is_the_seeded_o
 
     assert checks_per_case(SMALL) == checks_per_case(replace(SMALL, unseeded=False, check_in_mix=False)) + 2
     assert fixed_calls(SMALL) == 2 and fixed_calls(replace(SMALL, check_in_mix=False)) == 1
+    # alone: the first call's first seeded request, by itself; one more check and call pair
+    assert SMALL.alone_requests(eos_token_id=0, call=5) == [reqs[SMALL.seeded_rows()[0]]]
+    assert checks_per_case(replace(SMALL, check_alone=True)) == checks_per_case(SMALL) + 1
+    assert fixed_calls(replace(SMALL, check_alone=True)) == 3
 
 
 def test_engines_declare_their_promise_and_the_cases_follow_it():
     caps = BuiltinEngine().capabilities()
     assert caps.seeds.other_mix and caps.seeds.unseeded_independent and caps.seeds.source
-    assert seed_checks_of(caps) == {"unseeded": True, "check_in_mix": True}
+    # the built-in engine's seeded stream is its group's (same shape, seeds sorted): not alone
+    assert not caps.seeds.alone
+    assert seed_checks_of(caps) == {"unseeded": True, "check_in_mix": True, "check_alone": False}
     (case,) = e2e_cases(BuiltinEngine(), "draft_model", requests_per_class=8)
-    assert case.unseeded and case.check_in_mix and case.to_dict()["unseeded"] is True
+    assert case.unseeded and case.check_in_mix and case.to_dict()["unseeded"] is True and not case.check_alone
     none = EngineCapabilities(methods=("draft_model",))
-    assert seed_checks_of(none) == {"unseeded": False, "check_in_mix": False}  # nothing promised, nothing checked
+    assert seed_checks_of(none) == {"unseeded": False, "check_in_mix": False, "check_alone": False}  # nothing checked
+    assert seed_checks_of(PerRequestSeeds().capabilities())["check_alone"]
     assert caps.to_dict()["seeds"]["other_mix"] is True
     with pytest.raises(TypeError, match="other_mix must be a bool, got 1"):
         SeedPromise(other_mix=1)
+    with pytest.raises(TypeError, match="alone must be a bool, got 'yes'"):
+        SeedPromise(alone="yes")
     with pytest.raises(TypeError, match="seeds must be a SeedPromise, got dict"):
         EngineCapabilities(methods=("draft_model",), seeds={})
     assert GenerationRequest((1,), seed=None).seed is None
@@ -60,6 +70,26 @@ def test_engines_declare_their_promise_and_the_cases_follow_it():
         GenerationRequest((1,), seed=-1)
     with pytest.raises(ValueError, match="seed must be an integer >= 0, got -2"):
         BuiltinEngine(seed=-2)
+
+
+class PerRequestSeeds(BuiltinEngine):
+    """The built-in engine with each seeded request generated as its own group (its stream
+    seeded from its seed alone): it keeps the promise of a seeded request alone."""
+
+    def capabilities(self):
+        caps = super().capabilities()
+        return replace(caps, seeds=replace(caps.seeds, alone=True))
+
+    def generate(self, requests, *, speculative):
+        out = [None] * len(requests)
+        unseeded = [i for i, r in enumerate(requests) if r.seed is None]
+        for i, res in zip(unseeded, super().generate([requests[i] for i in unseeded], speculative=speculative)
+                          if unseeded else ()):
+            out[i] = res
+        for i, r in enumerate(requests):
+            if r.seed is not None:
+                (out[i],) = super().generate([r], speculative=speculative)
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +127,9 @@ def test_the_reproducibility_checks_compare_the_seeded_requests_only():
     bad = reproducible_in_mix_check(again[[2, 1]], first[[2, 1]], first[[2, 1]], first[[2, 1]], 1e-6)
     assert not bad.passed and bad.details["speculative_differ"] == 1 and bad.details["plain_differ"] == 0
     assert "reversed and without the unseeded ones" in bad.details["message"]
+    alone = reproducible_alone_check(again[[1]], first[[1]], first[[1]], first[[1]], 1e-6)
+    assert not alone.passed and alone.details["speculative_differ"] == 1 and "alone in its call" in alone.details["message"]
+    assert reproducible_alone_check(first[[1]], first[[1]], first[[1]], first[[1]], 1e-6).passed
 
 
 @pytest.mark.statistical(checks=checks_per_case(SMALL))
@@ -112,11 +145,21 @@ def test_the_builtin_engine_passes_the_seed_checks(alpha):
     assert chk["reproducible"].details["requests"] == SMALL.batch_size // 2  # the seeded ones
 
 
+@pytest.mark.statistical(checks=checks_per_case(replace(SMALL, check_alone=True)))
+def test_an_engine_seeding_each_request_on_its_own_passes_reproducible_alone(alpha):
+    case = replace(SMALL, check_alone=True)
+    res = run_e2e_case(case, PerRequestSeeds(), false_fail_rate=alpha, num_batches=2)
+    assert res.defect is None and all(c.passed for c in res.checks), [str(c) for c in res.checks if not c.passed]
+    assert {c.name: c for c in res.checks}["reproducible_alone"].details["requests"] == 1
+
+
 @pytest.mark.statistical(checks=0)  # planted faults: only a false pass is at stake
 @pytest.mark.parametrize("engine_class, failing", [(SharedUnseededStream, "independent_requests"),
-                                                   (SeedStreamByPlace, "reproducible_in_mix")])
+                                                   (SeedStreamByPlace, "reproducible_in_mix"),
+                                                   (SeededStreamOfTheBatch, "reproducible_alone")])
 def test_each_planted_seed_fault_fails_its_check(engine_class, failing, alpha):
-    res = run_e2e_case(SMALL, engine_class(), false_fail_rate=alpha, num_batches=2)
+    case = replace(SMALL, check_alone=engine_class().capabilities().seeds.alone)
+    res = run_e2e_case(case, engine_class(), false_fail_rate=alpha, num_batches=2)
     failed = {c.name for c in res.checks if not c.passed}
     assert failing in failed, failed
     assert "reproducible" not in failed  # the same call again reproduces under both faults

@@ -18,6 +18,7 @@ EXPECTED = {  # the check type that must fail, its tier, and the diagnosis part:
     "logprobs_of_draft_law": ("token_logprobs", "defect", "logprobs", "culprits"),
     "shared_unseeded_stream": ("independent_requests", "inexact", "seeds", "culprits"),
     "seed_stream_by_place": ("reproducible_in_mix", "defect", "seeds", "culprits"),
+    "seeded_stream_of_the_batch": ("reproducible_alone", "defect", "seeds", "culprits"),
 }
 
 

@@ -138,7 +138,7 @@ SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
     RequestShape(prompt_len=20, prompt_seed=2, params=SamplingParams(top_p=0.9, min_p=0.05), max_tokens=16)))
 
 
-@pytest.mark.statistical(checks=7)  # token_law and plain_token_law in two bands, reproducible, the two seed checks
+@pytest.mark.statistical(checks=8)  # token_law and plain_token_law in two bands, reproducible, the three seed checks
 def test_a_generated_scenario_case_passes_token_by_token(engine, run_scenario, alpha):
     result, checks = run_scenario(engine, SCENARIO, alpha)
-    assert len(checks) == 7 and all(c.passed for c in checks.values()), [str(c) for c in result.checks]
+    assert len(checks) == 8 and all(c.passed for c in checks.values()), [str(c) for c in result.checks]
