@@ -4,7 +4,9 @@ What runs
 ---------
 The tiny model is written as GGUF from the same weights
 (:func:`~specexact.decoders.tiny_models.gguf_export.gguf_model`, float32) and loaded with
-``llama_cpp.Llama(model_path, n_ctx=LLAMACPP_N_CTX, n_threads=1, n_threads_batch=1)``
+``llama_cpp.Llama(model_path, n_ctx=LLAMACPP_N_CTX, n_threads=1, n_threads_batch=1,
+type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)`` (a float32 KV cache: llama.cpp's default f16
+cache moves the tiny models' probabilities by up to 7e-4, float32 by under 1e-6)
 (tested: llama-cpp-python 0.3.16, its vendored llama.cpp built from source for the CPU). Every
 request is one pass over ``Llama.generate(prompt_ids, top_k=, top_p=, min_p=, typical_p=1,
 temp=, repeat_penalty=, frequency_penalty=, presence_penalty=)``, llama-cpp-python's own token
@@ -125,7 +127,7 @@ class LlamaCppEngine:
             per_request_seed=False,
             reports_acceptance=False,
             version=version("llama-cpp-python"),
-            notes=f"Llama(model.gguf f32, n_ctx={LLAMACPP_N_CTX}, last_n_tokens_size={LLAMACPP_LAST_N}, n_threads=1, "
+            notes=f"Llama(model.gguf f32, n_ctx={LLAMACPP_N_CTX}, last_n_tokens_size={LLAMACPP_LAST_N}, n_threads=1, f32 KV cache, "
                   "draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=γ)) / the same without "
                   "a draft model; Llama.generate read up to EOS or max_tokens; Llama.set_seed(seed) before each "
                   "seeded request, LLAMA_DEFAULT_SEED for an unseeded one",
@@ -149,6 +151,7 @@ class LlamaCppEngine:
         ValueError
             ``method`` other than ``"prompt_lookup"`` or ``num_speculative_tokens < 1``.
         """
+        import llama_cpp
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -162,7 +165,8 @@ class LlamaCppEngine:
         self.close()
         path = str(gguf_model(target_dir))
         common = dict(model_path=path, n_ctx=LLAMACPP_N_CTX, n_threads=1, n_threads_batch=1,
-                      last_n_tokens_size=LLAMACPP_LAST_N, verbose=False)
+                      last_n_tokens_size=LLAMACPP_LAST_N, type_k=llama_cpp.GGML_TYPE_F32,
+                      type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
         self._spec = Llama(**common, draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=gamma))
         self._plain = Llama(**common)
         self._gamma = gamma

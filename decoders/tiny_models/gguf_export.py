@@ -22,7 +22,9 @@ What is written
   ``llama-model`` loader): ``context_length`` (``max_position_embeddings``),
   ``embedding_length``, ``block_count``, ``feed_forward_length``, ``attention.head_count`` /
   ``head_count_kv``, ``attention.key_length`` / ``value_length`` and ``rope.dimension_count``
-  (``head_dim``: 32, not ``hidden_size / heads`` = 16, so they are needed),
+  (``head_dim``: 32, not ``hidden_size / heads`` = 16, so they are needed for Llama; llama.cpp's
+  Qwen2 does not read them and takes ``hidden_size / heads``: a Qwen2 with another ``head_dim``,
+  ``qwen2-v64``, is refused, ``qwen2-v64-h2`` is written),
   ``attention.layer_norm_rms_epsilon``, ``rope.freq_base``, ``vocab_size``.
 - **A tokenizer** llama.cpp accepts (``tokenizer.ggml.model = "llama"``, SentencePiece type):
   one token per id, ``<s>`` at the BOS id and ``</s>`` at the EOS id (type CONTROL), every
@@ -119,7 +121,10 @@ def gguf_tensors(config: TinyConfig, state: dict) -> dict[str, np.ndarray]:
     Raises
     ------
     ValueError
-        An architecture without a GGUF mapping, or a tensor name it does not map (named).
+        An architecture without a GGUF mapping, a tensor name it does not map (named), or a
+        Qwen2 whose ``head_dim`` is not ``hidden_size / num_attention_heads`` (llama.cpp's
+        Qwen2 loader does not read ``attention.key_length``: ``qwen2-v64`` cannot be loaded,
+        ``qwen2-v64-h2`` can).
     KeyError
         A tensor of :func:`parameter_names` missing from ``state``.
     """
@@ -127,6 +132,10 @@ def gguf_tensors(config: TinyConfig, state: dict) -> dict[str, np.ndarray]:
 
     if config.model_type not in GGUF_ARCHITECTURES:
         raise ValueError(f"no GGUF mapping for model_type {config.model_type!r}; known: {sorted(GGUF_ARCHITECTURES)}")
+    if config.model_type == "qwen2" and config.head_dim * config.num_attention_heads != config.hidden_size:
+        raise ValueError(f"llama.cpp's Qwen2 takes head_dim = hidden_size / num_attention_heads "
+                         f"({config.hidden_size} / {config.num_attention_heads}), got head_dim={config.head_dim} "
+                         "(its loader does not read attention.key_length for qwen2; use the qwen2-v64-h2 pair)")
     out: dict[str, np.ndarray] = {}
     for name, _ in parameter_names(config):
         value = state[name]

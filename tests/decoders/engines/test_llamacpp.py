@@ -33,10 +33,11 @@ def engine(llama_dirs):
 
 
 def llama_logits(path, prompt):
-    """llama.cpp's float32 logits at every position of ``prompt``: ``[len(prompt), V]``."""
-    from llama_cpp import Llama
+    """llama.cpp's float32 logits at every position of ``prompt`` (float32 KV cache): ``[len(prompt), V]``."""
+    import llama_cpp
 
-    llm = Llama(model_path=str(path), n_ctx=128, n_threads=1, logits_all=True, verbose=False)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_threads=1, logits_all=True, verbose=False,
+                          type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)  # as the engine
     try:
         llm.eval(list(prompt))
         return np.array(llm.scores[: len(prompt)], dtype=np.float64)
@@ -57,7 +58,7 @@ def max_prob_difference(model, path) -> float:
     return worst
 
 
-@pytest.mark.parametrize("pair", ["llama-v64", "qwen2-v64"])
+@pytest.mark.parametrize("pair", ["llama-v64", "qwen2-v64-h2"])
 def test_gguf_logits_equal_the_float64_reference(pair, tmp_path_factory):
     # The same weights through llama.cpp's loader and graph: Llama's q / k rows permuted for its
     # interleaved rope, Qwen2's as they are (NeoX rope). float32 rounding only.

@@ -33,7 +33,7 @@ def field(reader, key):
     return f.contents()
 
 
-@pytest.mark.parametrize("pair", ["llama-v64", "qwen2-v64"])
+@pytest.mark.parametrize("pair", ["llama-v64", "qwen2-v64-h2"])
 def test_file_read_back_holds_the_same_tensors_and_metadata(pair, tmp_path):
     target_dir, _ = CATALOG[pair].make(tmp_path)
     path = gguf_model(target_dir)
@@ -76,6 +76,14 @@ def test_tied_embedding_writes_no_output_tensor(tmp_path):
     spec = ModelSpec(tie_word_embeddings=True, num_hidden_layers=1)
     names = {t.name for t in gguf.GGUFReader(str(gguf_model(make_model(spec, cache_dir=tmp_path)))).tensors}
     assert "output.weight" not in names and "token_embd.weight" in names
+
+
+def test_qwen2_with_another_head_width_is_refused(tmp_path):
+    # llama.cpp's Qwen2 takes head_dim = hidden / heads (qwen2-v64: 32 != 64 / 4).
+    target_dir, _ = CATALOG["qwen2-v64"].make(tmp_path)
+    with pytest.raises(ValueError, match="head_dim = hidden_size / num_attention_heads"):
+        gguf_model(target_dir)
+    assert not list(tmp_path.glob("*.gguf-v*"))
 
 
 def test_missing_folder_is_refused(tmp_path):
