@@ -1,4 +1,5 @@
-"""llama.cpp's generation through ``llama-cpp-python`` as an end-to-end engine (prompt lookup).
+"""llama.cpp's generation through ``llama-cpp-python`` as an end-to-end engine (prompt lookup, a
+greedy draft model).
 
 What runs
 ---------
@@ -17,16 +18,20 @@ or its ``max_tokens``-th token (the generator is then closed):
   ``draft_model=llama_cpp.llama_speculative.LlamaPromptLookupDecoding(max_ngram_size=2,
   num_pred_tokens=γ)`` (its documented ``LlamaDraftModel``; ``max_ngram_size`` its default).
   ``generate`` evaluates the last token with the drafts in one batch and samples the target's
-  own token at each position with the request's sampler chain; it keeps going while the
+  own token at each position with the request's sampler chain (the first drafts come after the
+  token sampled from the prompt alone: ``first_round_after_token=True``); it keeps going while the
   sampled token equals the draft there and drops the rest of the KV cache at the first
   mismatch (``acceptance_scheme="sample_compare"``; the drafts are n-gram copies of the
   context, point masses: ``draft_sampling="greedy"``);
+- ``draft_model_greedy`` (``speculative=True``): the same ``Llama`` with
+  ``draft_model=`` a :func:`greedy_draft_model`, specexact's class on llama-cpp-python's
+  documented ``LlamaDraftModel`` interface (``__call__(input_ids) -> draft ids``): the draft
+  GGUF's ``γ`` argmax tokens after the context, from a third ``Llama`` through its own
+  ``generate(temp=0)``. llama-cpp-python 0.3.16 ships no draft-model class (its only
+  ``LlamaDraftModel`` is prompt lookup); this one only proposes ids, and the verification is
+  the engine's loop as above;
 - plain (``speculative=False``): a second ``Llama`` on the same file without a draft model,
   the same ``generate`` call.
-
-There is no draft-model method: llama-cpp-python 0.3.16 ships one ``LlamaDraftModel``
-(prompt lookup), and a draft model proposing through a second ``Llama`` would be specexact's
-code, not the engine's.
 
 Processing (``Llama._init_sampler`` and llama.cpp's ``llama-sampling.cpp``), declared in
 :data:`LLAMACPP_PROCESSING`, never corrected: one sampler chain per ``generate`` call:
@@ -64,7 +69,11 @@ from specexact.decoders.processing import LogitsProcessing
 from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
 from .seeds import SeedPromise
 
-__all__ = ["LLAMACPP_LAST_N", "LLAMACPP_N_CTX", "LLAMACPP_PROCESSING", "LlamaCppEngine", "generate_kwargs"]
+__all__ = ["LLAMACPP_LAST_N", "LLAMACPP_METHODS", "LLAMACPP_N_CTX", "LLAMACPP_PROCESSING", "LlamaCppEngine",
+           "generate_kwargs", "greedy_draft_model"]
+
+LLAMACPP_METHODS = ("prompt_lookup", "draft_model_greedy")
+"""The drafting methods the adapter runs (module docstring)."""
 
 LLAMACPP_LAST_N = 64
 """``Llama(last_n_tokens_size=...)``: the penalties' window (llama-cpp-python's default, set
@@ -100,6 +109,44 @@ def generate_kwargs(request: GenerationRequest) -> dict:
             "frequency_penalty": float(p.frequency_penalty), "presence_penalty": float(p.presence_penalty)}
 
 
+def greedy_draft_model(draft, gamma: int):
+    """A ``llama_cpp.llama_speculative.LlamaDraftModel`` proposing ``gamma`` argmax tokens of
+    ``draft`` (a ``llama_cpp.Llama``) after the context it is given.
+
+    Parameters
+    ----------
+    draft : llama_cpp.Llama
+        The draft model (its KV cache is reused across calls by ``generate``'s prefix match).
+    gamma : int
+        Drafts per call, ``>= 1``.
+
+    Returns
+    -------
+    LlamaDraftModel
+        Called as the engine calls it: ``model(input_ids)`` with ``input_ids`` a 1-D
+        ``numpy.intc`` array of the context, returning a 1-D ``numpy.intc`` array of ``gamma``
+        draft ids (``Llama.generate(temp=0)``: llama.cpp's greedy sampler, penalties off).
+    """
+    import numpy as np
+    from llama_cpp.llama_speculative import LlamaDraftModel
+
+    class _GreedyDraft(LlamaDraftModel):
+        def __call__(self, input_ids, /, **kwargs):
+            out: list[int] = []
+            steps = draft.generate(list(int(t) for t in input_ids), top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+                                   temp=0.0, repeat_penalty=1.0)
+            try:
+                for token in steps:
+                    out.append(int(token))
+                    if len(out) >= gamma:
+                        break
+            finally:
+                steps.close()
+            return np.array(out, dtype=np.intc)
+
+    return _GreedyDraft()
+
+
 class LlamaCppEngine:
     """llama-cpp-python's ``Llama.generate`` with prompt lookup, and without (module docstring).
 
@@ -112,6 +159,7 @@ class LlamaCppEngine:
     def __init__(self) -> None:
         self._spec = None
         self._plain = None
+        self._draft = None
         self._gamma: int | None = None
 
     def capabilities(self) -> EngineCapabilities:
@@ -119,7 +167,7 @@ class LlamaCppEngine:
         from importlib.metadata import version
 
         return EngineCapabilities(
-            methods=("prompt_lookup",),
+            methods=LLAMACPP_METHODS,
             processing=LLAMACPP_PROCESSING,
             max_batch_size=1,
             min_tokens=False,
@@ -128,12 +176,13 @@ class LlamaCppEngine:
             reports_acceptance=False,
             version=version("llama-cpp-python"),
             notes=f"Llama(model.gguf f32, n_ctx={LLAMACPP_N_CTX}, last_n_tokens_size={LLAMACPP_LAST_N}, n_threads=1, f32 KV cache, "
-                  "draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=γ)) / the same without "
+                  "draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=γ) or specexact's "
+                  "LlamaDraftModel of γ argmax tokens of the draft GGUF) / the same without "
                   "a draft model; Llama.generate read up to EOS or max_tokens; Llama.set_seed(seed) before each "
                   "seeded request, LLAMA_DEFAULT_SEED for an unseeded one",
             acceptance_scheme="sample_compare",
             draft_sampling="greedy",
-            first_round_after_token=False,
+            first_round_after_token=True,  # generate drafts only after sampling the prompt's next token
             seeds=SeedPromise(other_mix=True, unseeded_independent=True,
                               source="llama_cpp.Llama.generate seeds its sampler chain's dist sampler with Llama's "
                                      "seed; the adapter sets it before each seeded request (one at a time); "
@@ -142,14 +191,16 @@ class LlamaCppEngine:
         )
 
     def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:
-        """Write (or reuse) the target's GGUF and make the two ``Llama`` instances.
+        """Write (or reuse) the GGUF files and make the ``Llama`` instances.
 
-        ``draft_dir`` is not used (prompt lookup drafts from the context).
+        ``draft_dir`` is used by ``draft_model_greedy`` only (prompt lookup drafts from the
+        context).
 
         Raises
         ------
         ValueError
-            ``method`` other than ``"prompt_lookup"`` or ``num_speculative_tokens < 1``.
+            ``method`` other than ``"prompt_lookup"`` / ``"draft_model_greedy"``,
+            ``draft_model_greedy`` without ``draft_dir``, or ``num_speculative_tokens < 1``.
         """
         import llama_cpp
         from llama_cpp import Llama
@@ -157,8 +208,10 @@ class LlamaCppEngine:
 
         from specexact.decoders.tiny_models.gguf_export import gguf_model
 
-        if method != "prompt_lookup":
-            raise ValueError(f"method must be 'prompt_lookup' for llama.cpp, got {method!r}")
+        if method not in LLAMACPP_METHODS:
+            raise ValueError(f"method must be one of {LLAMACPP_METHODS} for llama.cpp, got {method!r}")
+        if method == "draft_model_greedy" and draft_dir is None:
+            raise ValueError("method='draft_model_greedy' needs draft_dir, got None")
         gamma = int(num_speculative_tokens)
         if gamma != num_speculative_tokens or gamma < 1:
             raise ValueError(f"num_speculative_tokens must be an integer >= 1, got {num_speculative_tokens!r}")
@@ -167,7 +220,12 @@ class LlamaCppEngine:
         common = dict(model_path=path, n_ctx=LLAMACPP_N_CTX, n_threads=1, n_threads_batch=1,
                       last_n_tokens_size=LLAMACPP_LAST_N, type_k=llama_cpp.GGML_TYPE_F32,
                       type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
-        self._spec = Llama(**common, draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=gamma))
+        if method == "prompt_lookup":
+            drafter = LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=gamma)
+        else:
+            self._draft = Llama(**dict(common, model_path=str(gguf_model(draft_dir))))
+            drafter = greedy_draft_model(self._draft, gamma)
+        self._spec = Llama(**common, draft_model=drafter)
         self._plain = Llama(**common)
         self._gamma = gamma
 
@@ -208,8 +266,8 @@ class LlamaCppEngine:
 
     def close(self) -> None:
         """Drop the ``Llama`` instances (their ``close`` frees llama.cpp's context and model)."""
-        for llm in (self._spec, self._plain):
+        for llm in (self._spec, self._plain, self._draft):
             if llm is not None:
                 llm.close()
-        self._spec = self._plain = None
+        self._spec = self._plain = self._draft = None
         self._gamma = None

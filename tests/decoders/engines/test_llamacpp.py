@@ -12,7 +12,7 @@ pytest.importorskip("gguf")
 from specexact.audit import run_case  # noqa: E402
 from specexact.audit.cases.e2e.scenarios import scenario_case  # noqa: E402
 from specexact.decoders.engines import EndToEndEngine, GenerationRequest, check_generation_results  # noqa: E402
-from specexact.decoders.engines.llamacpp import LLAMACPP_PROCESSING, LlamaCppEngine  # noqa: E402
+from specexact.decoders.engines.llamacpp import LLAMACPP_PROCESSING, LlamaCppEngine, greedy_draft_model  # noqa: E402
 from specexact.decoders.params import SamplingParams  # noqa: E402
 from specexact.decoders.tiny_models import CATALOG, exact_sequence_law, load_model  # noqa: E402
 from specexact.decoders.tiny_models.gguf_export import gguf_model, write_gguf  # noqa: E402
@@ -24,10 +24,11 @@ PROMPT = (5, 6, 7, 8, 5, 6)
 PROMPTS = [(0,), (5, 6, 7, 8, 5, 6), tuple(range(2, 40)), (9, 3, 9, 3, 9, 3, 9, 3, 60, 61, 62, 63)]
 
 
-@pytest.fixture(scope="module")
-def engine(llama_dirs):
+@pytest.fixture(scope="module", params=["prompt_lookup", "draft_model_greedy"])
+def engine(llama_dirs, request):
     e = LlamaCppEngine()
-    e.load(*llama_dirs, method="prompt_lookup", num_speculative_tokens=GAMMA)
+    e.load(*llama_dirs, method=request.param, num_speculative_tokens=GAMMA)
+    e.method = request.param
     yield e
     e.close()
 
@@ -89,7 +90,7 @@ def test_capabilities_declare_what_runs():
     e = LlamaCppEngine()
     assert isinstance(e, EndToEndEngine) and e.name == "llamacpp"
     caps = e.capabilities()
-    assert caps.methods == ("prompt_lookup",) and caps.version == "0.3.16"
+    assert caps.methods == ("prompt_lookup", "draft_model_greedy") and caps.version == "0.3.16"
     assert caps.acceptance_scheme == "sample_compare" and caps.min_tokens is False and caps.max_batch_size == 1
     assert caps.processing.order == ("repetition_penalty", "frequency_penalty", "presence_penalty", "top_k", "top_p",
                                      "min_p", "temperature")
@@ -103,6 +104,8 @@ def test_bad_load_and_use_are_refused(llama_dirs, engine):
         e.generate([GenerationRequest(PROMPT)], speculative=False)
     with pytest.raises(ValueError, match="'draft_model'"):
         e.load(*llama_dirs, method="draft_model", num_speculative_tokens=GAMMA)
+    with pytest.raises(ValueError, match="needs draft_dir"):
+        e.load(llama_dirs[0], None, method="draft_model_greedy", num_speculative_tokens=GAMMA)
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         e.load(*llama_dirs, method="prompt_lookup", num_speculative_tokens=0)
     with pytest.raises(ValueError, match="min_tokens=2"):
@@ -118,6 +121,25 @@ def test_outputs_follow_the_protocol_with_eos(engine, llama_target, speculative)
     results = engine.generate(reqs, speculative=speculative)
     assert check_generation_results(reqs, results, V) is None
     assert results[1].token_ids == (eos,)
+
+
+def test_greedy_draft_model_proposes_the_drafts_argmax(llama_dirs):
+    # specexact's LlamaDraftModel: γ argmax tokens of the draft GGUF, those of the float64 draft.
+    import llama_cpp
+
+    draft_ref = load_model(llama_dirs[1])
+    llm = llama_cpp.Llama(model_path=str(gguf_model(llama_dirs[1])), n_ctx=64, n_threads=1, verbose=False,
+                          type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    try:
+        drafter = greedy_draft_model(llm, GAMMA)
+        for prompt in PROMPTS[:3]:
+            got = drafter(np.array(prompt, dtype=np.intc))
+            ctx = list(prompt)
+            for _ in range(GAMMA):
+                ctx.append(int(draft_ref(torch.tensor([ctx]), torch.tensor([[len(ctx) - 1]]))[0, 0].argmax()))
+            assert got.dtype == np.intc and got.tolist() == ctx[len(prompt):], prompt
+    finally:
+        llm.close()
 
 
 def test_same_seed_same_output_other_seed_other_output(engine):
@@ -144,8 +166,7 @@ def test_first_token_law(engine, llama_target, alpha, speculative):
     assert law.passed, law
 
 
-# One generated-scenario case (the audit's kind: audit/cases/e2e/scenarios.py) with prompt
-# lookup, by hand: γ = 3, two prompt lengths in one call (the longer one repetitive, so the
+# One generated-scenario case (the audit's kind: audit/cases/e2e/scenarios.py) per method, by hand: γ = 3, two prompt lengths in one call (the longer one repetitive, so the
 # lookup finds n-grams), 16 new tokens (two position bands), temperature with top-k and a
 # frequency penalty, EOS reachable (llama.cpp has no min_tokens), top-p with min-p.
 SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
@@ -157,7 +178,7 @@ SCENARIO_CALLS = 4
 
 @pytest.mark.statistical(checks=7)  # token_law and plain_token_law in two bands, reproducible, the two seed checks
 def test_a_generated_scenario_case_passes_token_by_token(engine, alpha):
-    case = scenario_case(engine, SCENARIO, "prompt_lookup", name="scenario-test", requests_per_class=16)
+    case = scenario_case(engine, SCENARIO, engine.method, name="scenario-test", requests_per_class=16)
     result = run_case(case, engine, false_fail_rate=alpha, seed=0, num_batches=SCENARIO_CALLS)
     checks = {c.name: c for c in result.checks}
     assert result.defect is None and len(checks) == 7, (result.defect, sorted(checks))
