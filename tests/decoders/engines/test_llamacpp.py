@@ -186,3 +186,29 @@ def test_a_generated_scenario_case_passes_token_by_token(engine, alpha):
         if "token_law" in name:
             assert check.details["num_slots"] >= 1000 and check.detectable_tv < 1, (name, check.details)
     assert all(c.passed for c in checks.values()), [str(c) for c in result.checks]
+
+
+def sixteen_tokens(path, seed):
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_threads=1, seed=seed, verbose=False)
+    try:
+        out = []
+        for token in llm.generate([5, 6, 7, 8], top_k=0, top_p=1.0, min_p=0.0, temp=1.0):
+            out.append(int(token))
+            if len(out) == 16:
+                return out
+    finally:
+        llm.close()
+
+
+@pytest.mark.xfail(strict=True, reason="finding: Llama(seed=0) is not seeded, 0 becomes LLAMA_DEFAULT_SEED "
+                   "(scripts/replays/llamacpp_seed_zero_unseeded.py)")
+def test_constructor_seed_zero_reproduces(llama_dirs):
+    # Two Llama(seed=0) objects: the same 16 tokens at temperature 1 if seeded; under the finding
+    # two std::random_device seeds, which agree on 16 tokens with probability far below 1e-9
+    # (a token's agreement probability sum p^2 is 0.04 to 0.3 along a sampled path here, their
+    # product 4e-18): a false XPASS is out of reach.
+    path = gguf_model(llama_dirs[0])
+    assert sixteen_tokens(path, 1) == sixteen_tokens(path, 1)  # a nonzero seed is kept
+    assert sixteen_tokens(path, 0) == sixteen_tokens(path, 0)
