@@ -7,7 +7,7 @@ The tiny model is written as GGUF from the same weights
 (:func:`~specexact.decoders.tiny_models.gguf_export.gguf_model`, float32) and loaded with
 ``llama_cpp.Llama(model_path, n_ctx=LLAMACPP_N_CTX, n_threads=1, n_threads_batch=1,
 type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)`` (a float32 KV cache: llama.cpp's default f16
-cache moves the tiny models' probabilities by up to 7e-4, float32 by under 1e-6)
+cache moves the tiny models' probabilities by up to 7e-4, float32 by at most 3e-6)
 (tested: llama-cpp-python 0.3.16, its vendored llama.cpp built from source for the CPU). Every
 request is one pass over ``Llama.generate(prompt_ids, top_k=, top_p=, min_p=, typical_p=1,
 temp=, repeat_penalty=, frequency_penalty=, presence_penalty=)``, llama-cpp-python's own token

@@ -21,7 +21,8 @@ from specexact.strategies import RequestShape, Scenario  # noqa: E402
 
 V, GAMMA = 64, 3
 PROMPT = (5, 6, 7, 8, 5, 6)
-PROMPTS = [(0,), (5, 6, 7, 8, 5, 6), tuple(range(2, 40)), (9, 3, 9, 3, 9, 3, 9, 3, 60, 61, 62, 63)]
+PROMPTS = [(0,), (5, 6, 7, 8, 5, 6), tuple(range(2, 40)), (9, 3, 9, 3, 9, 3, 9, 3, 60, 61, 62, 63),
+           tuple((7 * i + 3) % 62 + 2 for i in range(90))]  # past the GGUF's 64-token context, as the long case
 
 
 @pytest.fixture(scope="module", params=["prompt_lookup", "draft_model_greedy"])
