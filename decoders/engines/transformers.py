@@ -67,8 +67,8 @@ Acceptance counts: transformers returns no acceptance metric. Its public ``strea
 argument receives the prompt, then each round's emitted tokens in one ``put`` (the accepted
 drafts and the target's own token). The adapter reports ``first_round_accepted`` as the
 first round's tokens minus one for ``draft_model`` where that round cannot have been cut
-(no EOS in the request and ``max_tokens > γ``), else ``None``; per-request totals are
-``None`` (drafts per round are not visible).
+(no EOS in the request and ``max_tokens > γ``), and the same for ``early_exit``, else
+``None``; per-request totals are ``None`` (drafts per round are not visible).
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class TransformersEngine:
             notes="model.generate(assistant_model=draft, do_sample=True) with the assistant's num_assistant_tokens=γ, "
                   "schedule 'constant', assistant_confidence_threshold=0; prompt_lookup_num_tokens=γ; one request "
                   "per call, torch.manual_seed(seed) before each; first_round_accepted from the streamer's first "
-                  "round (draft_model only, None where EOS or max_tokens <= γ could cut it); early_exit: "
+                  "round (draft_model and early_exit, None where EOS or max_tokens <= γ could cut it); early_exit: "
                   f"assistant_early_exit={EARLY_EXIT_LAYERS}; uag: word-level tokenizers and the pair's draft renumbered "
                   "into a V+8 vocabulary (transformers_methods)",
             acceptance_scheme="tokenwise",
@@ -300,7 +300,7 @@ class TransformersEngine:
         return results
 
     def _first_round(self, request: GenerationRequest, recorder: _RoundRecorder, speculative: bool) -> int | None:
-        if not speculative or self._method != "draft_model":
+        if not speculative or self._method not in ("draft_model", "early_exit"):
             return None
         if request.eos_token_id is not None or request.max_tokens <= self._gamma or len(recorder.chunks) < 2:
             return None

@@ -96,7 +96,7 @@ def test_outputs_follow_the_protocol_with_eos_and_min_tokens(engines, method):
                               min_tokens=i % 3, eos_token_id=27, seed=i) for i in range(12)]
     results = engines[method].generate(reqs, speculative=True)
     assert check_generation_results(reqs, results, V) is None
-    assert all(r.first_round_accepted is None for r in results)
+    assert all(r.first_round_accepted is None for r in results)  # EOS may cut the first round
 
 
 def test_early_exit_drafts_with_the_first_layer(engines, monkeypatch):
@@ -137,6 +137,42 @@ def test_early_exit_first_token_follows_the_exact_law(engines, llama_target, alp
     probs = np.zeros(V)
     probs[law.sequences[:, 0]] = law.probs
     result = chisquare_gof(counts, probs, false_fail_rate=alpha)
+    assert result.passed, result
+
+
+@pytest.fixture(scope="module")
+def one_layer_target(llama_dirs, tmp_path_factory):
+    """The target cut after its first layer (what early exit drafts with), as a float64
+    :class:`~specexact.decoders.tiny_models.TinyCausalLM`: its first layer, final norm and
+    ``lm_head``, saved by transformers and read back by specexact's own forward."""
+    from specexact.decoders.tiny_models import load_model
+
+    model = load(llama_dirs[0])
+    model.model.layers = torch.nn.ModuleList(list(model.model.layers)[:EARLY_EXIT_LAYERS])
+    model.config.num_hidden_layers = EARLY_EXIT_LAYERS
+    folder = tmp_path_factory.mktemp("one-layer")
+    model.save_pretrained(folder)
+    return load_model(folder)
+
+
+N_ACCEPT = 300
+
+
+@pytest.mark.statistical(checks=1)
+def test_early_exit_first_round_accepts_as_its_one_layer_draft_says(engines, llama_target, one_layer_target, alpha):
+    """Judged by its scheme: the first round's accepted counts (the streamer's) follow the
+    exact token-wise acceptance law of a draft that is the one-layer target sampled at the
+    request's parameters (T = 1, no warper: the doubled warpers change nothing)."""
+    from specexact.decoders.tiny_models import expected_acceptance
+
+    params = SamplingParams()
+    reqs = [GenerationRequest(PROMPT, params, max_tokens=GAMMA + 1, seed=s) for s in range(N_ACCEPT)]
+    counts = np.bincount([r.first_round_accepted for r in engines["early_exit"].generate(reqs, speculative=True)],
+                         minlength=GAMMA + 1)
+    at_least = np.concatenate([[1.0], expected_acceptance(llama_target, one_layer_target, PROMPT, params,
+                                                          processing=TRANSFORMERS_E2E_PROCESSING,
+                                                          num_speculative_tokens=GAMMA), [0.0]])
+    result = chisquare_gof(counts, at_least[:-1] - at_least[1:], false_fail_rate=alpha)
     assert result.passed, result
 
 
