@@ -201,3 +201,14 @@ def test_uag_q_is_the_law_the_draft_samples(engines):
     sampled.index_add_(0, translator._assistant_to_target_input_ids[translator.assistant_overlap_token_ids].long(),
                        pruned.softmax(-1))
     assert 0.5 * float((q - sampled).abs().sum()) < 1e-6
+
+
+@pytest.mark.xfail(strict=True, reason="finding: the first sampled uag call with a new draft draws torch's RNG "
+                   "(prune_linear_layer), so its seed is not reproduced (scripts/replays/transformers_uag_first_call_rng.py)")
+def test_uag_same_seed_same_output_from_the_first_call(llama_dirs):
+    engine = TransformersEngine()
+    engine.load(*llama_dirs, method="uag", num_speculative_tokens=GAMMA)
+    req = GenerationRequest(PROMPT, SamplingParams(temperature=0.7), max_tokens=6, seed=0)
+    first, second, third = (r.token_ids for r in engine.generate([req, req, req], speculative=True))
+    assert second == third  # later calls agree: what breaks is the first
+    assert first == second
