@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "transformers, mlx: each in its own environment, tox -e <engine>-e2e), or MODULE:CLASS")
     a.add_argument("--method", default=None, metavar="METHOD",
                    help="with --engine: the drafting method (draft_model, draft_model_greedy, ngram, prompt_lookup, eagle, "
-                        "eagle3, medusa, mtp, suffix; default: every method the engine declares)")
+                        "eagle3, medusa, mtp, suffix, early_exit, uag; default: every method the engine declares)")
     a.add_argument("--pair", default=None, metavar="NAME",
                    help="with --engine: the tiny target/draft pair (specexact.decoders.tiny_models.CATALOG; "
                         "default: llama-v64)")

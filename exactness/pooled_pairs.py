@@ -74,7 +74,8 @@ def pooled_pair_agreement_check(num_equal: Sequence[int], num_pairs: Sequence[in
         ``1 - false_pass_rate``, by the exact law under that alternative (bisection);
         ``detectable_tv`` is ``rho`` times the pairs' mean ``1 - pi_g``: the total variation
         between a pair's joint law under that alternative and under independence, averaged
-        over the pairs (``inf`` when even ``rho = 1`` is not caught, or no pair tests anything).
+        over the pairs (``inf`` when even ``rho = 1`` is not caught, or no pair tests anything;
+        ``detectable_shared_fraction`` is then ``None``: details hold finite floats only).
 
     Raises
     ------
@@ -132,7 +133,8 @@ def pooled_pair_agreement_check(num_equal: Sequence[int], num_pairs: Sequence[in
                        false_pass_rate=beta, passed=pvalue > alpha,
                        worst=(("equal pairs", float(k), expected),),
                        details={**details, "pvalue_lower": lower, "expected_equal_pairs": expected,
-                                "critical_value": crit, "detectable_shared_fraction": rho,
+                                "critical_value": crit,
+                                "detectable_shared_fraction": rho if np.isfinite(rho) else None,
                                 "detectable_tv_of": "a pair's joint law when a fraction of the pairs share one "
                                                     "stream (mean over the pairs)"},
                        description=description + f": {k} of {N} pairs agree, {expected:.4g} expected")

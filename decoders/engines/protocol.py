@@ -50,13 +50,15 @@ __all__ = [
 ]
 
 SPECULATIVE_METHODS = ("draft_model", "draft_model_greedy", "ngram", "prompt_lookup", "eagle", "eagle3", "medusa",
-                       "mtp", "suffix")
+                       "mtp", "suffix", "early_exit", "uag")
 """Drafting methods an engine may declare: a draft model sampled from its own (processed)
 law (``draft_model``), a draft model's argmax (``draft_model_greedy``: point-mass drafts),
 n-gram matching on the context (``ngram``, vLLM) and prompt lookup (``prompt_lookup``,
 transformers), heads on the target's hidden states (``eagle``, ``eagle3``, ``medusa``, an
 MTP layer ``mtp``: :mod:`specexact.decoders.tiny_models.heads`) and suffix trees over the
-context (``suffix``, vLLM with ``arctic-inference``). The law of the output must be the target's under every method; only the
+context (``suffix``, vLLM with ``arctic-inference``), the target's own first layers
+(``early_exit``, transformers' self-speculative ``assistant_early_exit``) and a draft model
+with another tokenizer (``uag``, transformers' universal assisted generation). The law of the output must be the target's under every method; only the
 acceptance differs."""
 
 

@@ -15,6 +15,20 @@ transformers 5.24.0):
 - ``prompt_lookup``: ``prompt_lookup_num_tokens = γ`` (n-gram lookup in the context, default
   ``max_matching_ngram_size``); its drafts have no logits, so the target's tokens are sampled
   and compared with them (point-mass drafts: the same acceptance as token-wise);
+- ``early_exit``: ``assistant_early_exit = 1`` (:data:`~.transformers_methods.EARLY_EXIT_LAYERS`):
+  the target drafts with its first decoder layer, final norm and ``lm_head``
+  (``EarlyExitCandidateGenerator``, an ``AssistedCandidateGenerator`` whose assistant is the
+  target itself: the draft is sampled as ``draft_model``'s, with the same doubled warpers, and
+  its processed scores are ``q`` in ``_speculative_sampling``); the target's own
+  ``generation_config`` is fixed to ``γ`` tokens a round as the assistant's is above
+  (``draft_dir`` is not used);
+- ``uag``: universal assisted generation, ``assistant_model=draft, tokenizer=target_tok,
+  assistant_tokenizer=draft_tok`` with the tokenizers and the renumbered draft of
+  :mod:`~.transformers_methods` (the pair's draft in another vocabulary of ``V + 8`` tokens);
+  sampling runs ``UniversalSpeculativeDecodingGenerator`` (the draft's tokens and logits
+  mapped to the target's ids, then ``_speculative_sampling``), greedy runs
+  ``AssistedCandidateGeneratorDifferentTokenizers`` (through text; its tokens compared with the
+  target's argmax). One draft serves every request, as a user's would;
 - ``speculative=False``: the same ``generate`` without an assistant (plain sampling).
 
 ``temperature == 0`` is ``do_sample=False`` (greedy; the assistant's tokens are then compared
@@ -53,8 +67,8 @@ Acceptance counts: transformers returns no acceptance metric. Its public ``strea
 argument receives the prompt, then each round's emitted tokens in one ``put`` (the accepted
 drafts and the target's own token). The adapter reports ``first_round_accepted`` as the
 first round's tokens minus one for ``draft_model`` where that round cannot have been cut
-(no EOS in the request and ``max_tokens > γ``), else ``None``; per-request totals are
-``None`` (drafts per round are not visible).
+(no EOS in the request and ``max_tokens > γ``), and the same for ``early_exit``, else
+``None``; per-request totals are ``None`` (drafts per round are not visible).
 """
 
 from __future__ import annotations
@@ -64,11 +78,11 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-
 from specexact.decoders.adapters.transformers_logits import TRANSFORMERS_PROCESSING
 
 from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
 from .seeds import SeedPromise
+from .transformers_methods import EARLY_EXIT_LAYERS, renumber_draft, word_tokenizers
 
 __all__ = ["TRANSFORMERS_E2E_PROCESSING", "TransformersEngine", "generate_kwargs"]
 
@@ -78,7 +92,7 @@ penalty over prompt and output, temperature, top-k, top-p, min-p), plus greedy
 (``temperature == 0`` maps to ``do_sample=False``: the argmax of the repetition-penalised
 logits, ``torch.argmax`` takes the lowest id among ties; the truncations keep the argmax)."""
 
-_METHODS = ("draft_model", "prompt_lookup")
+_METHODS = ("draft_model", "prompt_lookup", "early_exit", "uag")
 
 
 def _dtype_keyword() -> str:
@@ -157,6 +171,7 @@ class TransformersEngine:
         self._draft = None
         self._method: str | None = None
         self._gamma: int | None = None
+        self._tokenizers: tuple | None = None
 
     def capabilities(self) -> EngineCapabilities:
         """What this adapter runs (module docstring); the version is the installed one."""
@@ -174,7 +189,9 @@ class TransformersEngine:
             notes="model.generate(assistant_model=draft, do_sample=True) with the assistant's num_assistant_tokens=γ, "
                   "schedule 'constant', assistant_confidence_threshold=0; prompt_lookup_num_tokens=γ; one request "
                   "per call, torch.manual_seed(seed) before each; first_round_accepted from the streamer's first "
-                  "round (draft_model only, None where EOS or max_tokens <= γ could cut it)",
+                  "round (draft_model and early_exit, None where EOS or max_tokens <= γ could cut it); early_exit: "
+                  f"assistant_early_exit={EARLY_EXIT_LAYERS}; uag: word-level tokenizers and the pair's draft renumbered "
+                  "into a V+8 vocabulary (transformers_methods)",
             acceptance_scheme="tokenwise",
             draft_sampling="request",
             first_round_after_token=False,
@@ -190,8 +207,8 @@ class TransformersEngine:
         Raises
         ------
         ValueError
-            ``method`` not one of ``draft_model`` / ``prompt_lookup``, ``num_speculative_tokens
-            < 1``, or ``draft_model`` without ``draft_dir``.
+            ``method`` not one of ``draft_model`` / ``prompt_lookup`` / ``early_exit`` / ``uag``,
+            ``num_speculative_tokens < 1``, or ``draft_model`` / ``uag`` without ``draft_dir``.
         """
         from transformers import AutoModelForCausalLM
 
@@ -200,17 +217,28 @@ class TransformersEngine:
         gamma = int(num_speculative_tokens)
         if gamma != num_speculative_tokens or gamma < 1:
             raise ValueError(f"num_speculative_tokens must be an integer >= 1, got {num_speculative_tokens!r}")
-        if method == "draft_model" and draft_dir is None:
-            raise ValueError("method='draft_model' needs draft_dir, got None")
+        if method in ("draft_model", "uag") and draft_dir is None:
+            raise ValueError(f"method={method!r} needs draft_dir, got None")
         self.close()
         self._target = self._load_model(AutoModelForCausalLM, target_dir)
-        if method == "draft_model":
+        if method == "early_exit":  # the target is its own assistant
+            self._fix_rounds(self._target, gamma)
+        if method in ("draft_model", "uag"):
             draft = self._load_model(AutoModelForCausalLM, draft_dir)
-            draft.generation_config.num_assistant_tokens = gamma
-            draft.generation_config.num_assistant_tokens_schedule = "constant"
-            draft.generation_config.assistant_confidence_threshold = 0.0
+            if method == "uag":
+                vocab = self._target.config.vocab_size
+                renumber_draft(draft, vocab)
+                self._tokenizers = word_tokenizers(vocab)
+            self._fix_rounds(draft, gamma)
             self._draft = draft
         self._method, self._gamma = method, gamma
+
+    @staticmethod
+    def _fix_rounds(assistant, gamma: int) -> None:
+        """γ drafts a round, no schedule, no confidence stop (the assistant's own config)."""
+        assistant.generation_config.num_assistant_tokens = gamma
+        assistant.generation_config.num_assistant_tokens_schedule = "constant"
+        assistant.generation_config.assistant_confidence_threshold = 0.0
 
     @staticmethod
     def _load_model(auto, folder):
@@ -243,6 +271,11 @@ class TransformersEngine:
                 extra = {}
                 if speculative and self._method == "draft_model":
                     extra["assistant_model"] = self._draft
+                elif speculative and self._method == "uag":
+                    extra.update(assistant_model=self._draft, tokenizer=self._tokenizers[0],
+                                 assistant_tokenizer=self._tokenizers[1])
+                elif speculative and self._method == "early_exit":
+                    kw = dict(kw, assistant_early_exit=EARLY_EXIT_LAYERS)
                 elif speculative:
                     kw = dict(kw, prompt_lookup_num_tokens=self._gamma)
                 if request.logprobs:
@@ -267,7 +300,7 @@ class TransformersEngine:
         return results
 
     def _first_round(self, request: GenerationRequest, recorder: _RoundRecorder, speculative: bool) -> int | None:
-        if not speculative or self._method != "draft_model":
+        if not speculative or self._method not in ("draft_model", "early_exit"):
             return None
         if request.eos_token_id is not None or request.max_tokens <= self._gamma or len(recorder.chunks) < 2:
             return None
@@ -276,4 +309,4 @@ class TransformersEngine:
     def close(self) -> None:
         """Drop the models."""
         self._target = self._draft = None
-        self._method = self._gamma = None
+        self._method = self._gamma = self._tokenizers = None

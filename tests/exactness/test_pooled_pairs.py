@@ -36,6 +36,15 @@ def test_the_pvalue_is_the_exact_upper_tail_and_shared_streams_fail():
     assert not bad.passed and bad.pvalue < 1e-100
 
 
+def test_too_few_pairs_to_catch_anything_report_no_detectable_fraction():
+    # 12 pairs, 9 agreeing (the transformers early_exit audit's seed check, 2026-12-07): at this
+    # rate no count is critical, so no shared fraction is caught; the check is still a result
+    # (it raised, details holding inf, which ended that audit with an internal error).
+    chk = pooled_pair_agreement_check([4, 4, 4, 1], [4, 4, 4, 4], [0.5538, 0.4420, 1.0, 0.0915], false_fail_rate=3e-10)
+    assert chk.details["critical_value"] is None and chk.details["detectable_shared_fraction"] is None
+    assert chk.passed and chk.detectable_tv == float("inf")
+
+
 def test_point_masses_test_nothing_and_bad_arguments_name_themselves():
     chk = pooled_pair_agreement_check([4, 1], [4, 8], [1.0, 0.1], false_fail_rate=1e-3, labels=["greedy", "T=1"])
     assert chk.n == 8 and chk.details["left_out"] == ["greedy"]

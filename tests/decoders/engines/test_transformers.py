@@ -45,7 +45,7 @@ def test_capabilities_declare_what_runs():
     e = TransformersEngine()
     assert isinstance(e, EndToEndEngine) and e.name == "transformers"
     caps = e.capabilities()
-    assert caps.methods == ("draft_model", "prompt_lookup")  # no greedy assistant in transformers
+    assert caps.methods == ("draft_model", "prompt_lookup", "early_exit", "uag")  # no greedy assistant in transformers
     assert caps.max_batch_size == 1 and caps.per_request_seed is False
     assert caps.processing.order == ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
     assert caps.processing.repetition_penalty_scope == "prompt_and_output"
