@@ -183,7 +183,7 @@ class LlamaCppEngine:
             acceptance_scheme="sample_compare",
             draft_sampling="greedy",
             first_round_after_token=True,  # generate drafts only after sampling the prompt's next token
-            seeds=SeedPromise(other_mix=True, unseeded_independent=True,
+            seeds=SeedPromise(other_mix=True, unseeded_independent=True, alone=True,
                               source="llama_cpp.Llama.generate seeds its sampler chain's dist sampler with Llama's "
                                      "seed; the adapter sets it before each seeded request (one at a time); "
                                      "LLAMA_DEFAULT_SEED draws a std::random_device seed (llama.cpp get_rng_seed)"),

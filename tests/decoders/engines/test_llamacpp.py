@@ -177,12 +177,12 @@ SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
 SCENARIO_CALLS = 4
 
 
-@pytest.mark.statistical(checks=7)  # token_law and plain_token_law in two bands, reproducible, the two seed checks
+@pytest.mark.statistical(checks=8)  # token_law and plain_token_law in two bands, reproducible, the three seed checks
 def test_a_generated_scenario_case_passes_token_by_token(engine, alpha):
     case = scenario_case(engine, SCENARIO, engine.method, name="scenario-test", requests_per_class=16)
     result = run_case(case, engine, false_fail_rate=alpha, seed=0, num_batches=SCENARIO_CALLS)
     checks = {c.name: c for c in result.checks}
-    assert result.defect is None and len(checks) == 7, (result.defect, sorted(checks))
+    assert result.defect is None and len(checks) == 8, (result.defect, sorted(checks))
     for name, check in checks.items():
         if "token_law" in name:
             assert check.details["num_slots"] >= 1000 and check.detectable_tv < 1, (name, check.details)
