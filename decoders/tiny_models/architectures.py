@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from .kv_cache import PrefixKVCache
+
 __all__ = ["ARCHITECTURES", "TinyConfig", "TinyCausalLM", "load_model", "parameter_names"]
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -220,6 +222,11 @@ class TinyCausalLM:
         Default CPU.
     dtype : torch.dtype
         float64 (default: the reference) or float32.
+    kv_cache : bool
+        Keep each call's keys and values and resume the next call from them
+        (:class:`~specexact.decoders.tiny_models.kv_cache.PrefixKVCache`, in
+        :attr:`kv_cache`): the same logits up to rounding, for the new columns' cost. Off by
+        default (every call computes every column).
 
     Raises
     ------
@@ -234,7 +241,8 @@ class TinyCausalLM:
     rounding)."""
 
     def __init__(self, config: TinyConfig, state_dict: dict[str, torch.Tensor], *,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> None:
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+                 kv_cache: bool = False) -> None:
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating dtype, got {dtype}")
         expected = dict(parameter_names(config))
@@ -252,6 +260,7 @@ class TinyCausalLM:
         self.dtype = dtype
         self._state = dict(state_dict)  # canonical copy, as given
         self.w = {k: v.to(self.device, dtype) for k, v in state_dict.items()}
+        self.kv_cache = PrefixKVCache() if kv_cache else None
         hd = config.head_dim
         self._inv_freq = 1.0 / (config.rope_theta ** (
             torch.arange(0, hd, 2, dtype=torch.int64).to(device=self.device, dtype=torch.float64) / hd))
@@ -269,8 +278,10 @@ class TinyCausalLM:
         return dict(self._state)
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "TinyCausalLM":
-        """A copy on another device and / or dtype (the same canonical weights)."""
-        return TinyCausalLM(self.config, self._state, device=device or self.device, dtype=dtype or self.dtype)
+        """A copy on another device and / or dtype (the same canonical weights; a fresh
+        cache where this one has one)."""
+        return TinyCausalLM(self.config, self._state, device=device or self.device, dtype=dtype or self.dtype,
+                            kv_cache=self.kv_cache is not None)
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         out = x @ self.w[name + ".weight"].T
@@ -285,7 +296,8 @@ class TinyCausalLM:
         """The final-norm hidden state after every prefix. Shape: ``[B, T] -> [B, T, D]``.
 
         ``-1`` ids (right padding) are read as token 0: causal attention keeps every
-        position before the padding unaffected.
+        position before the padding unaffected. With :attr:`kv_cache`, the columns the
+        last call shares are resumed from it.
 
         Raises
         ------
@@ -299,42 +311,65 @@ class TinyCausalLM:
             raise ValueError(f"input_ids must lie in [0, vocab_size={self.vocab_size}) (-1 for padding), got "
                              f"[{int(input_ids.min())}, {int(input_ids.max())}]")
         ids = input_ids.to(self.device).clamp_min(0)
+        if self.kv_cache is not None:
+            return self.kv_cache.hidden_states(self, ids)
         B, T = ids.shape
-        c = self.config
-        widest = max(c.intermediate_size, c.num_attention_heads * max(T, c.head_dim), c.hidden_size)
-        rows = max(1, self.max_elements // (T * widest))  # rows per forward: bounded memory
+        rows = self.rows_per_forward(T, T)
         if B > rows:
-            return torch.cat([self._hidden(ids[i:i + rows]) for i in range(0, B, rows)])
-        return self._hidden(ids)
+            return torch.cat([self.forward_columns(ids[i:i + rows])[0] for i in range(0, B, rows)])
+        return self.forward_columns(ids)[0]
 
-    def _hidden(self, ids: torch.Tensor) -> torch.Tensor:
+    def rows_per_forward(self, new: int, total: int) -> int:
+        """Rows computed together when ``new`` of ``total`` columns are computed, so that no
+        intermediate tensor exceeds :attr:`max_elements` (at least 1)."""
+        c = self.config
+        H = c.num_attention_heads
+        per_row = max(new * c.intermediate_size, H * new * total, H * total * c.head_dim, total * c.hidden_size)
+        return max(1, self.max_elements // per_row)
+
+    def forward_columns(self, ids: torch.Tensor, start: int = 0, past: list | None = None
+                        ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The final-norm hidden states of columns ``start..T-1``, given the keys and values
+        of the columns before them.
+
+        Shape: ``ids [B, T]`` (clamped ids on the model's device), ``past`` per layer
+        ``(keys, values)`` each ``[B, K, start, hd]`` (None when ``start == 0``) ->
+        ``hidden [B, T - start, D]`` and per layer ``(keys, values)`` ``[B, K, T, hd]`` (rotated
+        keys). With ``start == 0`` it is the whole forward.
+        """
         c = self.config
         B, T = ids.shape
+        n_new = T - start
         H, K, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        x = self.w["model.embed_tokens.weight"][ids]  # [B, T, D]
-        freqs = torch.arange(T, device=self.device, dtype=torch.float64)[:, None] * self._inv_freq[None]  # [T, hd/2]
+        x = self.w["model.embed_tokens.weight"][ids[:, start:]]  # [B, n, D]
+        freqs = (torch.arange(start, T, device=self.device, dtype=torch.float64)[:, None]
+                 * self._inv_freq[None])  # [n, hd/2]
         emb = torch.cat([freqs, freqs], -1)
-        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)  # [T, hd]
-        causal = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
+        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)  # [n, hd]
+        causal = torch.ones(n_new, T, dtype=torch.bool, device=self.device).tril(start)  # [n, T]
+        kv = []
         for n in range(c.num_hidden_layers):
             p = f"model.layers.{n}."
             h = self._rms_norm(x, p + "input_layernorm.weight")
-            q = self._linear(h, p + "self_attn.q_proj").view(B, T, H, hd).transpose(1, 2)  # [B, H, T, hd]
-            k = self._linear(h, p + "self_attn.k_proj").view(B, T, K, hd).transpose(1, 2)  # [B, K, T, hd]
-            v = self._linear(h, p + "self_attn.v_proj").view(B, T, K, hd).transpose(1, 2)
+            q = self._linear(h, p + "self_attn.q_proj").view(B, n_new, H, hd).transpose(1, 2)  # [B, H, n, hd]
+            k = self._linear(h, p + "self_attn.k_proj").view(B, n_new, K, hd).transpose(1, 2)  # [B, K, n, hd]
+            v = self._linear(h, p + "self_attn.v_proj").view(B, n_new, K, hd).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
+            if past is not None:
+                k, v = torch.cat([past[n][0], k], 2), torch.cat([past[n][1], v], 2)  # [B, K, T, hd]
+            kv.append((k, v))
             k = k.repeat_interleave(H // K, dim=1)  # [B, H, T, hd]
             v = v.repeat_interleave(H // K, dim=1)
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)  # [B, H, T, T]
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)  # [B, H, n, T]
             scores = scores.masked_fill(~causal, -torch.inf)
-            attn = torch.softmax(scores, dim=-1) @ v  # [B, H, T, hd]
-            x = x + self._linear(attn.transpose(1, 2).reshape(B, T, H * hd), p + "self_attn.o_proj")
+            attn = torch.softmax(scores, dim=-1) @ v  # [B, H, n, hd]
+            x = x + self._linear(attn.transpose(1, 2).reshape(B, n_new, H * hd), p + "self_attn.o_proj")
             h = self._rms_norm(x, p + "post_attention_layernorm.weight")
             gate = self._linear(h, p + "mlp.gate_proj")
             x = x + self._linear(torch.nn.functional.silu(gate) * self._linear(h, p + "mlp.up_proj"),
                                  p + "mlp.down_proj")
-        return self._rms_norm(x, "model.norm.weight")
+        return self._rms_norm(x, "model.norm.weight"), kv
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Next-token logits after the prefixes ending at ``positions``.
@@ -373,7 +408,7 @@ class TinyCausalLM:
 
 
 def load_model(directory: str | Path, *, device: torch.device | str | None = None,
-               dtype: torch.dtype = torch.float64) -> TinyCausalLM:
+               dtype: torch.dtype = torch.float64, kv_cache: bool = False) -> TinyCausalLM:
     """A :class:`TinyCausalLM` from a Hugging Face model folder (``config.json`` +
     ``model.safetensors``).
 
@@ -383,6 +418,8 @@ def load_model(directory: str | Path, *, device: torch.device | str | None = Non
     device : torch.device or str, optional
     dtype : torch.dtype
         float64 by default (the reference).
+    kv_cache : bool
+        Resume each call from the last one's keys and values (:class:`TinyCausalLM`).
 
     Raises
     ------
@@ -400,4 +437,4 @@ def load_model(directory: str | Path, *, device: torch.device | str | None = Non
                                     "model.safetensors)")
     config = TinyConfig.from_hf(json.loads((directory / "config.json").read_text()))
     state = load_file(str(directory / "model.safetensors"))
-    return TinyCausalLM(config, state, device=device, dtype=dtype)
+    return TinyCausalLM(config, state, device=device, dtype=dtype, kv_cache=kv_cache)
