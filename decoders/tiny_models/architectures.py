@@ -305,6 +305,11 @@ class TinyCausalLM:
             ``input_ids`` not ``[B, T]`` with ``T >= 1``, an id ``>= vocab_size`` or
             ``< -1``.
         """
+        return self._hidden_states(input_ids)
+
+    def _hidden_states(self, input_ids: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`hidden_states`; with :attr:`kv_cache` and ``ends [B]``, row ``i``'s columns
+        from ``ends[i]`` on may be left uncomputed (meaningless)."""
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must have shape [B, T] with T >= 1, got {tuple(input_ids.shape)}")
         if input_ids.numel() and (int(input_ids.max()) >= self.vocab_size or int(input_ids.min()) < -1):
@@ -312,7 +317,7 @@ class TinyCausalLM:
                              f"[{int(input_ids.min())}, {int(input_ids.max())}]")
         ids = input_ids.to(self.device).clamp_min(0)
         if self.kv_cache is not None:
-            return self.kv_cache.hidden_states(self, ids)
+            return self.kv_cache.hidden_states(self, ids, ends)
         B, T = ids.shape
         rows = self.rows_per_forward(T, T)
         if B > rows:
@@ -327,26 +332,37 @@ class TinyCausalLM:
         per_row = max(new * c.intermediate_size, H * new * total, H * total * c.head_dim, total * c.hidden_size)
         return max(1, self.max_elements // per_row)
 
-    def forward_columns(self, ids: torch.Tensor, start: int = 0, past: list | None = None
+    def forward_columns(self, ids: torch.Tensor, columns: torch.Tensor | None = None, past: list | None = None
                         ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """The final-norm hidden states of columns ``start..T-1``, given the keys and values
-        of the columns before them.
+        """The final-norm hidden states of some columns of every row, given the keys and
+        values of the columns before them.
 
-        Shape: ``ids [B, T]`` (clamped ids on the model's device), ``past`` per layer
-        ``(keys, values)`` each ``[B, K, start, hd]`` (None when ``start == 0``) ->
-        ``hidden [B, T - start, D]`` and per layer ``(keys, values)`` ``[B, K, T, hd]`` (rotated
-        keys). With ``start == 0`` it is the whole forward.
+        Shape: ``ids [B, n]`` (clamped ids on the model's device) at ``columns [B, n]``
+        (consecutive in a row), ``past`` per layer ``(keys, values)`` each ``[B, K, S, hd]``
+        (rotated keys) holding every column before a row's first one, ``S > columns.max()``
+        -> ``hidden [B, n, D]`` and per layer ``(keys, values) [B, K, S, hd]``: ``past`` with
+        the new columns written in (a copy). Where every row's columns start at the same
+        ``s``, ``past`` may hold the ``s`` columns before them only (``S = s``; the result's
+        keys and values then have ``s + n`` columns). Without ``columns`` (and ``past``):
+        columns ``0..n-1`` of every row, the whole forward, keys and values ``[B, K, n, hd]``.
         """
         c = self.config
-        B, T = ids.shape
-        n_new = T - start
+        B, n_new = ids.shape
         H, K, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        x = self.w["model.embed_tokens.weight"][ids[:, start:]]  # [B, n, D]
-        freqs = (torch.arange(start, T, device=self.device, dtype=torch.float64)[:, None]
-                 * self._inv_freq[None])  # [n, hd/2]
+        x = self.w["model.embed_tokens.weight"][ids]  # [B, n, D]
+        at = torch.arange(n_new, device=self.device) if columns is None else columns  # [n] or [B, n]
+        freqs = at.to(torch.float64)[..., None] * self._inv_freq  # [(B,) n, hd/2]
         emb = torch.cat([freqs, freqs], -1)
-        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)  # [n, hd]
-        causal = torch.ones(n_new, T, dtype=torch.bool, device=self.device).tril(start)  # [n, T]
+        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)  # [n, hd] or [B, n, hd]
+        if columns is None:
+            causal = torch.ones(n_new, n_new, dtype=torch.bool, device=self.device).tril()  # [n, n]
+        else:
+            cos, sin = cos[:, None], sin[:, None]  # [B, 1, n, hd]
+            S = past[0][0].shape[2]
+            prefix = S <= int(columns[0, 0])  # past holds the columns before a common start
+            S = S + n_new if prefix else S
+            causal = (torch.arange(S, device=self.device) <= columns[:, :, None])[:, None]  # [B, 1, n, S]
+            where = columns[:, None, :, None].expand(B, K, n_new, hd)
         kv = []
         for n in range(c.num_hidden_layers):
             p = f"model.layers.{n}."
@@ -356,12 +372,14 @@ class TinyCausalLM:
             v = self._linear(h, p + "self_attn.v_proj").view(B, n_new, K, hd).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            if past is not None:
-                k, v = torch.cat([past[n][0], k], 2), torch.cat([past[n][1], v], 2)  # [B, K, T, hd]
+            if columns is not None and prefix:  # after the earlier columns: [B, K, S, hd]
+                k, v = torch.cat([past[n][0], k], 2), torch.cat([past[n][1], v], 2)
+            elif columns is not None:  # written among the earlier ones
+                k, v = past[n][0].scatter(2, where, k), past[n][1].scatter(2, where, v)
             kv.append((k, v))
-            k = k.repeat_interleave(H // K, dim=1)  # [B, H, T, hd]
+            k = k.repeat_interleave(H // K, dim=1)  # [B, H, S, hd]
             v = v.repeat_interleave(H // K, dim=1)
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)  # [B, H, n, T]
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)  # [B, H, n, S]
             scores = scores.masked_fill(~causal, -torch.inf)
             attn = torch.softmax(scores, dim=-1) @ v  # [B, H, n, hd]
             x = x + self._linear(attn.transpose(1, 2).reshape(B, n_new, H * hd), p + "self_attn.o_proj")
@@ -398,9 +416,12 @@ class TinyCausalLM:
             if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= T):
                 raise ValueError(f"positions must lie in [0, {T}), got [{int(positions.min())}, "
                                  f"{int(positions.max())}]")
-            if positions.numel():  # attention is causal: the columns after the last wanted one are not needed
-                input_ids = input_ids[:, : int(positions.max()) + 1]
-        h = self.hidden_states(input_ids)  # [B, T', D]
+        ends = None
+        if positions is not None and positions.numel():
+            # attention is causal: the columns after the last wanted one (of a row) are not needed
+            ends = positions.max(1).values + 1  # [B]
+            input_ids = input_ids[:, : int(ends.max())]
+        h = self._hidden_states(input_ids, ends)  # [B, T', D]
         if positions is not None:
             h = h.gather(1, positions[:, :, None].expand(-1, -1, h.shape[-1]))  # [B, n, D]
         head = self.w["model.embed_tokens.weight" if self.config.tie_word_embeddings else "lm_head.weight"]

@@ -83,11 +83,15 @@ def test_the_cache_computes_only_the_new_columns(pair):
     assert columns(lambda: cached(ids[:, :8])) == (4 * 8, 0)  # nothing cached yet
     assert columns(lambda: cached(ids[:, :10])) == (4 * 2, 4 * 8)  # two new columns
     rewound = ids[:, :10].clone()
-    rewound[2, 6:] = (rewound[2, 6:] + 1) % 64  # one row's columns 6.. rewritten
-    assert columns(lambda: cached(rewound)) == (4 * 4, 4 * 6)
-    assert columns(lambda: cached(rewound[[3, 1]])) == (2 * 1, 2 * 9)  # rows left: at least the last column
-    # only the columns up to the last requested position are computed
+    rewound[2, 6:] = (rewound[2, 6:] + 1) % 64  # one row's columns 6.. rewritten: that row computes them
+    assert columns(lambda: cached(rewound)) == (1 + 1 + 4 + 1, 9 + 9 + 6 + 9)  # at least each row's last
+    assert columns(lambda: cached(rewound[[3, 1]])) == (2 * 1, 2 * 9)  # rows left the batch
+    # each row computes its columns up to the last position asked of it
     assert columns(lambda: cached(ids[[3, 1]], torch.tensor([[10], [10]]))) == (2 * 1, 2 * 10)
+    # rows 1 and 3 resume the 11 cached columns of ids' rows 1 and 3 (row 3 needs 10 only), rows 0 and 2
+    # (no longer cached) compute theirs
+    assert columns(lambda: cached(ids[:, :12], torch.tensor([[10], [11], [8], [9]]))) == (
+        11 + 1 + 9 + 1, 0 + 11 + 0 + 9)
     assert columns(lambda: cached(torch.full((4, 10), 5))) == (4 * 10, 0)  # no row in common
 
 
@@ -113,10 +117,11 @@ def test_speculative_decoding_with_the_cache_emits_the_same_tokens(llama_pair, m
             for t, d in ((target, draft), (c_target, c_draft))]
     assert torch.equal(outs[0].tokens, outs[1].tokens)
     assert torch.equal(outs[0].accepted_lengths, outs[1].accepted_lengths)
-    # the decoder's calls repeat most columns: the cache computes a fraction of them
-    for model in (c_target, c_draft):
-        c = model.kv_cache
-        assert c.computed_columns < 0.6 * (c.computed_columns + c.reused_columns)  # 0.55 and 0.41 measured
+    # the decoder's calls repeat most columns: each row computes about its verify window (target) or
+    # its newest column (draft); without the cache every column is computed (fraction 1)
+    fraction = [m.kv_cache.computed_columns / (m.kv_cache.computed_columns + m.kv_cache.reused_columns)
+                for m in (c_target, c_draft)]
+    assert fraction[0] < 0.35 and fraction[1] < 0.1  # 0.27 and 0.063 measured
 
 
 def test_to_keeps_the_cache_setting(pair):
