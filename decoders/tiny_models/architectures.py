@@ -292,12 +292,13 @@ class TinyCausalLM:
         var = x.pow(2).mean(-1, keepdim=True)
         return self.w[name] * (x * torch.rsqrt(var + self.config.rms_norm_eps))
 
-    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, input_ids: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
         """The final-norm hidden state after every prefix. Shape: ``[B, T] -> [B, T, D]``.
 
         ``-1`` ids (right padding) are read as token 0: causal attention keeps every
-        position before the padding unaffected. With :attr:`kv_cache`, the columns the
-        last call shares are resumed from it.
+        position before the padding unaffected. With :attr:`kv_cache`, the columns the last
+        call shares are resumed from it, and with ``ends [B]`` row ``i``'s columns from
+        ``ends[i]`` on may be left uncomputed (meaningless).
 
         Raises
         ------
@@ -305,11 +306,6 @@ class TinyCausalLM:
             ``input_ids`` not ``[B, T]`` with ``T >= 1``, an id ``>= vocab_size`` or
             ``< -1``.
         """
-        return self._hidden_states(input_ids)
-
-    def _hidden_states(self, input_ids: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
-        """:meth:`hidden_states`; with :attr:`kv_cache` and ``ends [B]``, row ``i``'s columns
-        from ``ends[i]`` on may be left uncomputed (meaningless)."""
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must have shape [B, T] with T >= 1, got {tuple(input_ids.shape)}")
         if input_ids.numel() and (int(input_ids.max()) >= self.vocab_size or int(input_ids.min()) < -1):
@@ -327,17 +323,14 @@ class TinyCausalLM:
     def rows_per_forward(self, new: int, total: int) -> int:
         """Rows computed together when ``new`` of ``total`` columns are computed, so that no
         intermediate tensor exceeds :attr:`max_elements` (at least 1)."""
-        c = self.config
-        H = c.num_attention_heads
-        per_row = max(new * c.intermediate_size, H * new * total, H * total * c.head_dim, total * c.hidden_size)
-        return max(1, self.max_elements // per_row)
+        c, H = self.config, self.config.num_attention_heads
+        return max(1, self.max_elements // max(new * c.intermediate_size, H * new * total, H * total * c.head_dim,
+                                               total * c.hidden_size))
 
     def forward_columns(self, ids: torch.Tensor, columns: torch.Tensor | None = None, past: list | None = None
                         ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The final-norm hidden states of some columns of every row, given the keys and
-        values of the columns before them.
-
-        Shape: ``ids [B, n]`` (clamped ids on the model's device) at ``columns [B, n]``
+        values of the columns before them. Shape: ``ids [B, n]`` (clamped ids on the model's device) at ``columns [B, n]``
         (consecutive in a row), ``past`` per layer ``(keys, values)`` each ``[B, K, S, hd]``
         (rotated keys) holding every column before a row's first one, ``S > columns.max()``
         -> ``hidden [B, n, D]`` and per layer ``(keys, values) [B, K, S, hd]``: ``past`` with
@@ -421,7 +414,7 @@ class TinyCausalLM:
             # attention is causal: the columns after the last wanted one (of a row) are not needed
             ends = positions.max(1).values + 1  # [B]
             input_ids = input_ids[:, : int(ends.max())]
-        h = self._hidden_states(input_ids, ends)  # [B, T', D]
+        h = self.hidden_states(input_ids, ends)  # [B, T', D]
         if positions is not None:
             h = h.gather(1, positions[:, :, None].expand(-1, -1, h.shape[-1]))  # [B, n, D]
         head = self.w["model.embed_tokens.weight" if self.config.tie_word_embeddings else "lm_head.weight"]
