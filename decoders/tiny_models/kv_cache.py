@@ -66,6 +66,8 @@ class PrefixKVCache:
         """
         B, T = ids.shape
         dev = ids.device
+        if B == 0:
+            return torch.zeros(0, T, model.config.hidden_size, dtype=model.dtype, device=dev)
         ends = torch.full((B,), T, dtype=torch.int64, device=dev) if ends is None else ends.to(dev)
         source, length = row_prefixes(self.ids, ids)
         first = torch.minimum(length, ends - 1)  # [B]: each row's first computed column
@@ -95,6 +97,8 @@ class PrefixKVCache:
         new = torch.cat(hidden)  # [B, n, D]
         if common is not None:
             out = new if not common else torch.cat([self.hidden[source, :common], new], 1)
+            if out.shape[1] < T:  # every row ends before T: the columns after are not computed
+                out = torch.cat([out, out.new_zeros(B, T - out.shape[1], out.shape[2])], 1)
         else:
             out = self._take_hidden(source, S, c.hidden_size, model)  # [B, S, D]
             out.scatter_(1, columns[:, :, None].expand(-1, -1, new.shape[-1]), new)

@@ -124,6 +124,20 @@ def test_speculative_decoding_with_the_cache_emits_the_same_tokens(llama_pair, m
     assert fraction[0] < 0.35 and fraction[1] < 0.1  # 0.27 and 0.063 measured
 
 
+def test_an_empty_batch_and_rows_that_end_early(pair):
+    plain, cached = pair
+    cached.kv_cache.clear()
+    ids = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(11))
+    assert cached(ids[:0]).shape == (0, 9, 64)
+    ends = torch.tensor([4, 6, 5])
+    h = cached.hidden_states(ids, ends)
+    assert h.shape == (3, 9, plain.config.hidden_size)
+    expected = plain.hidden_states(ids)
+    for row, end in enumerate(ends.tolist()):
+        torch.testing.assert_close(h[row, :end], expected[row, :end], rtol=0, atol=TOL)
+    torch.testing.assert_close(cached(ids), plain(ids), rtol=0, atol=TOL)  # the columns not computed are not reused
+
+
 def test_to_keeps_the_cache_setting(pair):
     plain, cached = pair
     assert plain.kv_cache is None and plain.to(dtype=torch.float32).kv_cache is None
