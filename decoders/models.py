@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .prefix_match import reusable_prefix
+
 __all__ = ["ToyLM", "ToyLMConfig", "PROJECT_MIN_ROWS", "one_cpu_thread", "padded_rows"]
 
 PROJECT_MIN_ROWS = 8
@@ -323,12 +325,8 @@ class ToyLM:
         """
         B = input_ids.shape[0]
         ids = input_ids[:, :needed]
-        start, cache = 0, self._state_cache
-        if cache is not None and cache[0].shape[0] == B and cache[0].device == ids.device:
-            m = min(needed, cache[0].shape[1])
-            if m > 0:
-                differs = (cache[0][:, :m] != ids[:, :m]).any(0)  # [m]
-                start = int(differs.to(torch.int8).argmax()) if bool(differs.any()) else m
+        cache = self._state_cache
+        _, start = reusable_prefix(None if cache is None else cache[0], ids)  # same rows only
         states = torch.empty(B, needed, self.config.hidden_size, device=self.device, dtype=self.dtype)
         if start > 0:
             states[:, :start] = cache[1][:, :start]

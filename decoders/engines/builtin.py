@@ -24,6 +24,10 @@ probability under the target law the verifier was given at its position (the dec
 float32 ``target_probs``, read by a round observer); on the plain path, the log of its
 probability under the processed law of the target at its prefix, recomputed after sampling in
 the models' float64 (:func:`~specexact.decoders.tiny_models.conditional_laws`).
+
+Both models are loaded with a prefix key / value cache
+(:mod:`~specexact.decoders.tiny_models.kv_cache`): each call computes only the columns after
+those it shares with the model's previous call (the law is unchanged; rounding only).
 """
 
 from __future__ import annotations
@@ -142,8 +146,10 @@ class BuiltinEngine:
             raise ValueError(f"draft_dir is required for method {method!r}")
         if int(num_speculative_tokens) < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens!r}")
-        self.target = load_model(target_dir, dtype=self.dtype)
-        self.draft = load_model(draft_dir, dtype=self.dtype)
+        # each model resumes its next call from its last one's keys and values (the decoder's
+        # calls repeat the columns before the first rejected draft): the same law, fewer columns
+        self.target = load_model(target_dir, dtype=self.dtype, kv_cache=True)
+        self.draft = load_model(draft_dir, dtype=self.dtype, kv_cache=True)
         self.method, self.num_speculative_tokens = method, int(num_speculative_tokens)
         self._stream = torch.Generator().manual_seed(self.seed)
 

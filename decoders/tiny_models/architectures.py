@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from .kv_cache import PrefixKVCache
+
 __all__ = ["ARCHITECTURES", "TinyConfig", "TinyCausalLM", "load_model", "parameter_names"]
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -220,6 +222,11 @@ class TinyCausalLM:
         Default CPU.
     dtype : torch.dtype
         float64 (default: the reference) or float32.
+    kv_cache : bool
+        Keep each call's keys and values and resume the next call from them
+        (:class:`~specexact.decoders.tiny_models.kv_cache.PrefixKVCache`, in
+        :attr:`kv_cache`): the same logits up to rounding, for the new columns' cost. Off by
+        default (every call computes every column).
 
     Raises
     ------
@@ -234,7 +241,8 @@ class TinyCausalLM:
     rounding)."""
 
     def __init__(self, config: TinyConfig, state_dict: dict[str, torch.Tensor], *,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> None:
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+                 kv_cache: bool = False) -> None:
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating dtype, got {dtype}")
         expected = dict(parameter_names(config))
@@ -252,6 +260,7 @@ class TinyCausalLM:
         self.dtype = dtype
         self._state = dict(state_dict)  # canonical copy, as given
         self.w = {k: v.to(self.device, dtype) for k, v in state_dict.items()}
+        self.kv_cache = PrefixKVCache() if kv_cache else None
         hd = config.head_dim
         self._inv_freq = 1.0 / (config.rope_theta ** (
             torch.arange(0, hd, 2, dtype=torch.int64).to(device=self.device, dtype=torch.float64) / hd))
@@ -269,8 +278,10 @@ class TinyCausalLM:
         return dict(self._state)
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "TinyCausalLM":
-        """A copy on another device and / or dtype (the same canonical weights)."""
-        return TinyCausalLM(self.config, self._state, device=device or self.device, dtype=dtype or self.dtype)
+        """A copy on another device and / or dtype (the same canonical weights; a fresh
+        cache where this one has one)."""
+        return TinyCausalLM(self.config, self._state, device=device or self.device, dtype=dtype or self.dtype,
+                            kv_cache=self.kv_cache is not None)
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         out = x @ self.w[name + ".weight"].T
@@ -281,11 +292,13 @@ class TinyCausalLM:
         var = x.pow(2).mean(-1, keepdim=True)
         return self.w[name] * (x * torch.rsqrt(var + self.config.rms_norm_eps))
 
-    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, input_ids: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
         """The final-norm hidden state after every prefix. Shape: ``[B, T] -> [B, T, D]``.
 
         ``-1`` ids (right padding) are read as token 0: causal attention keeps every
-        position before the padding unaffected.
+        position before the padding unaffected. With :attr:`kv_cache`, the columns the last
+        call shares are resumed from it, and with ``ends [B]`` row ``i``'s columns from
+        ``ends[i]`` on may be left uncomputed (meaningless).
 
         Raises
         ------
@@ -299,42 +312,75 @@ class TinyCausalLM:
             raise ValueError(f"input_ids must lie in [0, vocab_size={self.vocab_size}) (-1 for padding), got "
                              f"[{int(input_ids.min())}, {int(input_ids.max())}]")
         ids = input_ids.to(self.device).clamp_min(0)
+        if self.kv_cache is not None:
+            return self.kv_cache.hidden_states(self, ids, ends)
         B, T = ids.shape
-        c = self.config
-        widest = max(c.intermediate_size, c.num_attention_heads * max(T, c.head_dim), c.hidden_size)
-        rows = max(1, self.max_elements // (T * widest))  # rows per forward: bounded memory
+        rows = self.rows_per_forward(T, T)
         if B > rows:
-            return torch.cat([self._hidden(ids[i:i + rows]) for i in range(0, B, rows)])
-        return self._hidden(ids)
+            return torch.cat([self.forward_columns(ids[i:i + rows])[0] for i in range(0, B, rows)])
+        return self.forward_columns(ids)[0]
 
-    def _hidden(self, ids: torch.Tensor) -> torch.Tensor:
+    def rows_per_forward(self, new: int, total: int) -> int:
+        """Rows computed together when ``new`` of ``total`` columns are computed, so that no
+        intermediate tensor exceeds :attr:`max_elements` (at least 1)."""
+        c, H = self.config, self.config.num_attention_heads
+        return max(1, self.max_elements // max(new * c.intermediate_size, H * new * total, H * total * c.head_dim,
+                                               total * c.hidden_size))
+
+    def forward_columns(self, ids: torch.Tensor, columns: torch.Tensor | None = None, past: list | None = None
+                        ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The final-norm hidden states of some columns of every row, given the keys and
+        values of the columns before them. Shape: ``ids [B, n]`` (clamped ids on the model's device) at ``columns [B, n]``
+        (consecutive in a row), ``past`` per layer ``(keys, values)`` each ``[B, K, S, hd]``
+        (rotated keys) holding every column before a row's first one, ``S > columns.max()``
+        -> ``hidden [B, n, D]`` and per layer ``(keys, values) [B, K, S, hd]``: ``past`` with
+        the new columns written in (a copy). Where every row's columns start at the same
+        ``s``, ``past`` may hold the ``s`` columns before them only (``S = s``; the result's
+        keys and values then have ``s + n`` columns). Without ``columns`` (and ``past``):
+        columns ``0..n-1`` of every row, the whole forward, keys and values ``[B, K, n, hd]``.
+        """
         c = self.config
-        B, T = ids.shape
+        B, n_new = ids.shape
         H, K, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        x = self.w["model.embed_tokens.weight"][ids]  # [B, T, D]
-        freqs = torch.arange(T, device=self.device, dtype=torch.float64)[:, None] * self._inv_freq[None]  # [T, hd/2]
+        x = self.w["model.embed_tokens.weight"][ids]  # [B, n, D]
+        at = torch.arange(n_new, device=self.device) if columns is None else columns  # [n] or [B, n]
+        freqs = at.to(torch.float64)[..., None] * self._inv_freq  # [(B,) n, hd/2]
         emb = torch.cat([freqs, freqs], -1)
-        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)  # [T, hd]
-        causal = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
+        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)  # [n, hd] or [B, n, hd]
+        if columns is None:
+            causal = torch.ones(n_new, n_new, dtype=torch.bool, device=self.device).tril()  # [n, n]
+        else:
+            cos, sin = cos[:, None], sin[:, None]  # [B, 1, n, hd]
+            S = past[0][0].shape[2]
+            prefix = S <= int(columns[0, 0])  # past holds the columns before a common start
+            S = S + n_new if prefix else S
+            causal = (torch.arange(S, device=self.device) <= columns[:, :, None])[:, None]  # [B, 1, n, S]
+            where = columns[:, None, :, None].expand(B, K, n_new, hd)
+        kv = []
         for n in range(c.num_hidden_layers):
             p = f"model.layers.{n}."
             h = self._rms_norm(x, p + "input_layernorm.weight")
-            q = self._linear(h, p + "self_attn.q_proj").view(B, T, H, hd).transpose(1, 2)  # [B, H, T, hd]
-            k = self._linear(h, p + "self_attn.k_proj").view(B, T, K, hd).transpose(1, 2)  # [B, K, T, hd]
-            v = self._linear(h, p + "self_attn.v_proj").view(B, T, K, hd).transpose(1, 2)
+            q = self._linear(h, p + "self_attn.q_proj").view(B, n_new, H, hd).transpose(1, 2)  # [B, H, n, hd]
+            k = self._linear(h, p + "self_attn.k_proj").view(B, n_new, K, hd).transpose(1, 2)  # [B, K, n, hd]
+            v = self._linear(h, p + "self_attn.v_proj").view(B, n_new, K, hd).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            k = k.repeat_interleave(H // K, dim=1)  # [B, H, T, hd]
+            if columns is not None and prefix:  # after the earlier columns: [B, K, S, hd]
+                k, v = torch.cat([past[n][0], k], 2), torch.cat([past[n][1], v], 2)
+            elif columns is not None:  # written among the earlier ones
+                k, v = past[n][0].scatter(2, where, k), past[n][1].scatter(2, where, v)
+            kv.append((k, v))
+            k = k.repeat_interleave(H // K, dim=1)  # [B, H, S, hd]
             v = v.repeat_interleave(H // K, dim=1)
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)  # [B, H, T, T]
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)  # [B, H, n, S]
             scores = scores.masked_fill(~causal, -torch.inf)
-            attn = torch.softmax(scores, dim=-1) @ v  # [B, H, T, hd]
-            x = x + self._linear(attn.transpose(1, 2).reshape(B, T, H * hd), p + "self_attn.o_proj")
+            attn = torch.softmax(scores, dim=-1) @ v  # [B, H, n, hd]
+            x = x + self._linear(attn.transpose(1, 2).reshape(B, n_new, H * hd), p + "self_attn.o_proj")
             h = self._rms_norm(x, p + "post_attention_layernorm.weight")
             gate = self._linear(h, p + "mlp.gate_proj")
             x = x + self._linear(torch.nn.functional.silu(gate) * self._linear(h, p + "mlp.up_proj"),
                                  p + "mlp.down_proj")
-        return self._rms_norm(x, "model.norm.weight")
+        return self._rms_norm(x, "model.norm.weight"), kv
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Next-token logits after the prefixes ending at ``positions``.
@@ -363,9 +409,12 @@ class TinyCausalLM:
             if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= T):
                 raise ValueError(f"positions must lie in [0, {T}), got [{int(positions.min())}, "
                                  f"{int(positions.max())}]")
-            if positions.numel():  # attention is causal: the columns after the last wanted one are not needed
-                input_ids = input_ids[:, : int(positions.max()) + 1]
-        h = self.hidden_states(input_ids)  # [B, T', D]
+        ends = None
+        if positions is not None and positions.numel():
+            # attention is causal: the columns after the last wanted one (of a row) are not needed
+            ends = positions.max(1).values + 1  # [B]
+            input_ids = input_ids[:, : int(ends.max())]
+        h = self.hidden_states(input_ids, ends)  # [B, T', D]
         if positions is not None:
             h = h.gather(1, positions[:, :, None].expand(-1, -1, h.shape[-1]))  # [B, n, D]
         head = self.w["model.embed_tokens.weight" if self.config.tie_word_embeddings else "lm_head.weight"]
@@ -373,7 +422,7 @@ class TinyCausalLM:
 
 
 def load_model(directory: str | Path, *, device: torch.device | str | None = None,
-               dtype: torch.dtype = torch.float64) -> TinyCausalLM:
+               dtype: torch.dtype = torch.float64, kv_cache: bool = False) -> TinyCausalLM:
     """A :class:`TinyCausalLM` from a Hugging Face model folder (``config.json`` +
     ``model.safetensors``).
 
@@ -383,6 +432,8 @@ def load_model(directory: str | Path, *, device: torch.device | str | None = Non
     device : torch.device or str, optional
     dtype : torch.dtype
         float64 by default (the reference).
+    kv_cache : bool
+        Resume each call from the last one's keys and values (:class:`TinyCausalLM`).
 
     Raises
     ------
@@ -400,4 +451,4 @@ def load_model(directory: str | Path, *, device: torch.device | str | None = Non
                                     "model.safetensors)")
     config = TinyConfig.from_hf(json.loads((directory / "config.json").read_text()))
     state = load_file(str(directory / "model.safetensors"))
-    return TinyCausalLM(config, state, device=device, dtype=dtype)
+    return TinyCausalLM(config, state, device=device, dtype=dtype, kv_cache=kv_cache)

@@ -43,6 +43,16 @@ def test_same_requests_same_seeds_same_outputs(engine):
     assert engine.generate(other, speculative=True) != engine.generate(reqs, speculative=True)
 
 
+def test_the_models_resume_their_calls_from_a_key_value_cache(engine):
+    # the decoder's calls repeat the columns before the first rejected draft: with the cache each
+    # call computes its new columns only (the cache's own tests: tests/decoders/tiny_models/test_kv_cache.py)
+    before = [(m.kv_cache.computed_columns, m.kv_cache.reused_columns) for m in (engine.target, engine.draft)]
+    engine.generate([GenerationRequest(prompt_token_ids=(5, 9, 11, 3), params=SamplingParams(temperature=2.0, top_k=8),
+                                       max_tokens=24, seed=i) for i in range(16)], speculative=True)
+    for m, (computed, reused) in zip((engine.target, engine.draft), before):
+        assert m.kv_cache.reused_columns - reused > m.kv_cache.computed_columns - computed > 0
+
+
 def test_min_tokens_masks_eos_until_enough_tokens():
     class Flat:
         vocab_size, device = 4, torch.device("cpu")
