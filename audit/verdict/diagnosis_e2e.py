@@ -341,6 +341,12 @@ def diagnose_e2e(report: dict) -> dict:
                              "parts both paths share (target forward, processing, EOS / length), not speculation")
     for case, cs in by_case.items():  # a long case: located by output-position band
         notes.extend(band_notes(case, cs, cov, score))
+    bad_logprobs = [c for c in checks if check_type(c) in ("token_logprobs", "plain_token_logprobs") and not c["passed"]]
+    if bad_logprobs and law_failed:  # both readings: logprobs computed wrong, or a wrong law reported faithfully
+        notes.append("the reported logprobs differ from the exact law, and so does the emitted law ("
+                     + ", ".join(sorted({check_label(c) for c in law_failed})[:3])
+                     + "): the logprobs may report the engine's own wrong law faithfully, so the fault may lie "
+                     "in the parts the law checks name rather than in how logprobs are computed (heuristic)")
     order = [k for k, _ in E2E_PARTS]
     suspects = sorted((p for p in score if p not in located and p not in explained),
                       key=lambda p: (-score[p], order.index(p)))

@@ -158,3 +158,16 @@ def test_what_each_check_covers():
     assert "acceptance_rule" not in coverage(chk("plain_sequence_law[class 0]"), classes)
     assert coverage(chk("reproducible"), classes) == {"seeds"}
     assert coverage(chk("defect"), classes) == {"protocol"}
+
+
+def test_failing_logprobs_beside_a_failing_law_give_both_readings():
+    # logprobs wrong, emitted law right (LogprobsOfDraftLaw): the logprobs, no second reading
+    r = e2e_report()
+    r["checks"].append(chk("token_logprobs", passed=False, n=0))
+    d = diagnose(r)
+    assert d["culprits"] == ["logprobs"] and not any("report the engine's own wrong law" in n for n in d["notes"])
+    # the emitted law wrong too (a processing fault the logprobs report faithfully): both readings
+    r = e2e_report(fail={3})
+    r["checks"].append(chk("token_logprobs", passed=False, n=0))
+    notes = [n for n in diagnose(r)["notes"] if "report the engine's own wrong law" in n]
+    assert len(notes) == 1 and "sequence_law[class 3]" in notes[0], diagnose(r)["notes"]
