@@ -189,7 +189,8 @@ def floor_batches(cases: Sequence[AuditCase], costs: Sequence[float], available_
 
 
 def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: float = 0.0, *,
-                        keep_one: bool = True, extra_calls: Sequence[int] | None = None) -> list[bool]:
+                        keep_one: bool = True, extra_calls: Sequence[int] | None = None,
+                        extra_s: Sequence[float] | None = None) -> list[bool]:
     """Which cases keep their place when the minimum of every case does not fit the budget.
 
     Each case costs at least :data:`~specexact.audit.run.sample_sizes.MIN_BATCHES` calls, its
@@ -213,6 +214,9 @@ def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: 
     extra_calls : sequence of int, optional
         Calls each case makes beyond its planned ones (an end-to-end case's reproducibility
         pair), at its cost per call; default none.
+    extra_s : sequence of float, optional
+        Seconds each case spends beyond its calls and ``overhead_s`` (a fresh process's start
+        where the case loads only there); default none.
 
     Returns
     -------
@@ -222,7 +226,8 @@ def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: 
     extra = [0] * len(costs) if extra_calls is None else [int(e) for e in extra_calls]
     if len(extra) != len(costs):
         raise ValueError(f"extra_calls has {len(extra)} entries for {len(costs)} costs")
-    need = [(MIN_BATCHES + e) * c + overhead_s for c, e in zip(costs, extra)]
+    more = [0.0] * len(costs) if extra_s is None else [float(x) for x in extra_s]
+    need = [(MIN_BATCHES + e) * c + overhead_s + m for c, e, m in zip(costs, extra, more)]
     if sum(need) <= available_s:
         return [True] * len(costs)
     keep = [False] * len(costs)

@@ -356,12 +356,12 @@ def _fixed_pilot(monkeypatch, seconds_per_call):
     import specexact.audit.run.cases_stage as execute
     import torch
 
-    def costs(cases, device, verifier=None, time_s=None):
+    def costs(cases, device, verifier=None, time_s=None, details=None):
         return [seconds_per_call] * len(cases)
 
     monkeypatch.setattr(execute, "pilot_costs", costs)
     monkeypatch.setattr(execute, "pilot_with_thread_choice",
-                        lambda cases, device, verifier=None, probe_budget_s=None, time_s=None: (costs(cases, device),
+                        lambda cases, device, verifier=None, probe_budget_s=None, time_s=None, details=None: (costs(cases, device),
                                                               execute.ThreadChoice(torch.get_num_threads(), "set")))
 
 
