@@ -48,6 +48,15 @@ __all__ = ["AuditRun", "CasesOutcome", "open_audit", "run_cases", "now"]
 _OVERHEAD_PRIOR_S = 1.0
 #: Prior of the start-up time of an isolated case's process (imports torch), seconds.
 _SPAWN_PRIOR_S = 3.0
+#: Time kept for what follows the cases (the report's checks, diagnosis and files): this
+#: share of the budget, at most :data:`_REPORT_MAX_S` (3.5 s at load 11 in a 60 s audit).
+_REPORT_SHARE = 0.05
+_REPORT_MAX_S = 3.0
+
+
+def report_reserve_s(budget_s: float) -> float:
+    """Seconds of the budget kept for the report (:data:`_REPORT_SHARE`, :data:`_REPORT_MAX_S`)."""
+    return min(_REPORT_SHARE * budget_s, _REPORT_MAX_S)
 
 Status = Callable[[dict], None]
 
@@ -139,7 +148,7 @@ class AuditRun:
         remaining = [c for c in remaining if cost_of.get(c.name) is not None]
         all_rc = [cost_of[c.name] * self.speed() for c in remaining]
         # The cheapest case runs anyway only if no case of this audit has run yet.
-        time_left = budget - self.elapsed()
+        time_left = budget - report_reserve_s(budget) - self.elapsed()
         if settings.case_set == "quick":
             # --quick is a smoke test of every quick case: none is left out for the budget (a
             # guess of the per-case overhead, _OVERHEAD_PRIOR_S, left out 3-6 of 8 on a loaded
@@ -179,10 +188,16 @@ class AuditRun:
         need = sum((MIN_BATCHES + fixed_calls(c)) * x + self.start_s(c.name)
                    for c, x in zip(remaining, rc)) + overhead * len(remaining)
         short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
-                                     f"{need - max(time_left, 0.0):.0f} s more ({need:.0f} s in all); each runs "
+                                     f"{need - max(time_left, 0.0):.0f} s more ({need:.0f} s in all, "
+                                     f"{report_reserve_s(budget):.1f} s kept for the report beside it); each runs "
                                      f"its minimum of {MIN_BATCHES} decoder calls"
                                      + (" (an end-to-end case two call pairs and its reproducibility pair)"
-                                        if any(fixed_calls(c) for c in remaining) else ""))
+                                        if any(fixed_calls(c) for c in remaining) else "")
+                                     + (", a fresh process's start where it loads only there"
+                                        if any(self.start_s(c.name) for c in remaining) else "")
+                                     + f", and ≈{overhead:.1f} s per case for its laws and checks ("
+                                     + ("measured on the cases run so far)" if self.overheads else
+                                        "a prior: no case has run yet)"))
         if short and not self.notes:
             self.notes.append(short)
         note = "; ".join(filter(None, [
@@ -200,12 +215,15 @@ def _minimum_calls(case) -> str:
     return f"{MIN_BATCHES}" + (f" + {extra} (its reproducibility pair)" if extra else "")
 
 
-def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> AuditRun:
-    """Stage 2 (*plan*): open or resume the journal and run the pilot (module docstring)."""
+def open_audit(resolved: ResolvedAudit, on_status: Status | None = None, started: float | None = None) -> AuditRun:
+    """Stage 2 (*plan*): open or resume the journal and run the pilot (module docstring).
+    ``started`` (a ``time.perf_counter()`` value, default now) is when the audit's clock
+    started after ``settings.elapsed_before_s``: :func:`~specexact.audit.run.stages.run_audit`
+    starts it before resolving the cases, whose time then counts against the budget."""
     settings = resolved.settings
     status = on_status or (lambda event: None)
     verifier = resolved.sampler.verifier
-    t0 = time.perf_counter()  # the audit's clock starts before the pilot
+    t0 = time.perf_counter() if started is None else started  # the audit's clock starts before the pilot
     created = {"new": False}
 
     def new_header() -> dict:
@@ -357,7 +375,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             # relative to the pilot, on earlier cases than on this one), which would
             # otherwise stretch the case past the budget.
             later = [c for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
-            left = settings.budget_s - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
+            left = settings.budget_s - report_reserve_s(settings.budget_s) - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
                 (c.min_batches + extra_of[c.name]) * cost_of[c.name] * run.speed() + run.start_s(c.name)
                 for c in later)  # their floors (and fresh processes' starts)
             sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3),

@@ -80,6 +80,7 @@ class _Pilot:
         self.crashed: set[int] = set()  # of those, the ones whose timed call crashed
         self.estimates: dict[int, dict] = {}  # index -> estimate_elsewhere's record
         self.warm: tuple[float, float, str] | None = None  # the first warm-up: seconds, token slots, case
+        self.inferred: set[int] = set()  # of elsewhere: not loaded (the share was spent), inferred
 
     def _ensure_prepared(self, i: int) -> None:
         """Prepare case ``i`` (untimed) right before its first call, or before every call
@@ -198,6 +199,11 @@ class _Pilot:
         costs: list[float | None] = []
         for i in range(len(self.cases)):
             if i and time_s is not None and time.perf_counter() - self.started >= time_s:
+                if self.elsewhere and getattr(kind_of(self.cases[i]), "prepares_sampler", False):
+                    # the engine already could not load another configuration in this process:
+                    # this case's load would fail too, and its run go to a fresh process
+                    self.elsewhere.add(i)
+                    self.inferred.add(i)
                 costs.append(None)
             else:
                 costs.append(self.base_cost(i))
@@ -207,6 +213,9 @@ class _Pilot:
         self.estimates = estimate_elsewhere([c.name for c in self.cases], sizes, costs, self.load_s,
                                             sorted(self.elsewhere), sorted(self.measured), sorted(self.crashed),
                                             warm_up=self.warm)
+        for i in self.inferred:
+            self.estimates[i]["how"] += ("; not loaded here (the pilot's share was spent): the engine had "
+                                         "already failed to load another configuration in this process")
         for i, est in self.estimates.items():
             # nothing measured to estimate it from: the call limit, as a case cut off (none: not timed)
             costs[i] = est["seconds_per_call"] if est["seconds_per_call"] is not None else (

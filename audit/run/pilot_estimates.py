@@ -68,7 +68,7 @@ def estimate_elsewhere(names: Sequence[str], sizes: Sequence[int | None], costs:
     what = "timed until its call crashed" if from_crash else ""
     if not pool_rates and warm_up is not None and warm_up[1] > 0:
         pool_rates, what = [(warm_up[0] / warm_up[1], warm_up[2])], "its warm-up call, the only call timed"
-    load = max((load_s[j] for j in measured), default=0.0)
+    load = max(load_s, default=0.0)  # the slowest load the pilot saw (the engine's start)
     start = FRESH_START_PRIOR_S + load
     out = {}
     for i in elsewhere:
