@@ -103,15 +103,21 @@ def test_budget_audit_plans_shows_progress_and_stops_on_time(one_thread):
     report = run_audit(verify, cases=cases, budget_s=budget, false_fail_rate=1e-6, on_status=events.append)
     validate_report(report)
     kinds = [e["event"] for e in events]
-    assert kinds[:2] == ["pilot", "plan"] and kinds.count("case_start") == 2 and kinds[-1] == "case_end"
     plan = report["plan"]
+    # every case starts, or is left out by the plan, saying why: at load 12-20 the pilot alone
+    # can spend the 6 s and leave one case out, whichever it timed slower (the plan decides)
+    left_out = [s["case"] for s in plan["skipped"]]
+    assert kinds[:2] == ["pilot", "plan"] and kinds.count("case_start") == 2 - len(left_out)
+    assert kinds.count("case_skipped") == len(left_out) and len(left_out) <= 1  # the cheaper one always runs
+    assert kinds[-1] in ("case_end", "case_skipped")
     assert plan["mode"] == "budget" and plan["budget_s"] == budget and plan["pilot_s"] > 0
-    assert [c["name"] for c in plan["cases"]] == ["v8-plain", "v12-eos-cut"]
+    assert sorted([c["name"] for c in plan["cases"]] + left_out) == ["v12-eos-cut", "v8-plain"]
     for case in report["cases"]:
         assert case["num_batches"] >= MIN_BATCHES and case["num_batches"] % 2 == 0
         assert case["execution"]["planned_batches"] >= MIN_BATCHES
     # the progress shows the detectable TV falling as sequences come in
-    tvs = [e["detectable_tv"] for e in events if e["event"] == "batch" and e["case"] == "v8-plain"]
+    ran = plan["cases"][0]["name"]  # v8-plain, unless the plan left it out
+    tvs = [e["detectable_tv"] for e in events if e["event"] == "batch" and e["case"] == ran]
     assert len(tvs) >= 2 and tvs[-1] < tvs[0]
     # on time: the budget plus at most a few seconds of a busy machine's noise
     assert report["wall_time_s"] < budget + 5.0, report["wall_time_s"]
