@@ -29,8 +29,9 @@ from specexact.audit.run.fresh_processes import in_fresh_processes
 from specexact.audit.run.isolation import case_result_from_dict, run_case_isolated
 from specexact.audit.run.journal import Journal, journal_path
 from specexact.audit.run.pilot import PILOT_SHARE, PROBE_SHARE, ThreadChoice, pilot_costs, pilot_with_thread_choice
-from specexact.audit.run.plan import (
+from specexact.audit.run.plan import (  # report_reserve_s: imported by callers from here too
     FLOOR_SHARE,
+    report_reserve_s,
     AuditPlan,
     CasePlan,
     cases_within_budget,
@@ -48,16 +49,6 @@ __all__ = ["AuditRun", "CasesOutcome", "open_audit", "run_cases", "now"]
 _OVERHEAD_PRIOR_S = 1.0
 #: Prior of the start-up time of an isolated case's process (imports torch), seconds.
 _SPAWN_PRIOR_S = 3.0
-#: Time kept for what follows the cases (the report's checks, diagnosis and files): this
-#: share of the budget, at most :data:`_REPORT_MAX_S` (3.5 s at load 11 in a 60 s audit).
-_REPORT_SHARE = 0.05
-_REPORT_MAX_S = 3.0
-
-
-def report_reserve_s(budget_s: float) -> float:
-    """Seconds of the budget kept for the report (:data:`_REPORT_SHARE`, :data:`_REPORT_MAX_S`)."""
-    return min(_REPORT_SHARE * budget_s, _REPORT_MAX_S)
-
 Status = Callable[[dict], None]
 
 
@@ -122,6 +113,13 @@ class AuditRun:
         spawn = _SPAWN_PRIOR_S if self.resolved.settings.isolate else 0.0
         return float(np.mean(self.overheads)) if self.overheads else _OVERHEAD_PRIOR_S + spawn
 
+    def report_reserve(self) -> float:
+        """:func:`report_reserve_s` of the budget, at the slowdown this process has seen: its
+        wall seconds (:meth:`elapsed`) per CPU second (``time.process_time``)."""
+        cpu = time.process_time()
+        return report_reserve_s(self.resolved.settings.budget_s or 0.0,
+                                self.elapsed() / cpu if cpu > 0 else 1.0)
+
     def elapsed(self) -> float:
         """Seconds this audit has run, earlier killed runs and the caller's start-up
         (``settings.elapsed_before_s``) included."""
@@ -148,7 +146,8 @@ class AuditRun:
         remaining = [c for c in remaining if cost_of.get(c.name) is not None]
         all_rc = [cost_of[c.name] * self.speed() for c in remaining]
         # The cheapest case runs anyway only if no case of this audit has run yet.
-        time_left = budget - report_reserve_s(budget) - self.elapsed()
+        reserve = self.report_reserve()
+        time_left = budget - reserve - self.elapsed()
         if settings.case_set == "quick":
             # --quick is a smoke test of every quick case: none is left out for the budget (a
             # guess of the per-case overhead, _OVERHEAD_PRIOR_S, left out 3-6 of 8 on a loaded
@@ -189,7 +188,7 @@ class AuditRun:
                    for c, x in zip(remaining, rc)) + overhead * len(remaining)
         short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
                                      f"{need - max(time_left, 0.0):.0f} s more ({need:.0f} s in all, "
-                                     f"{report_reserve_s(budget):.1f} s kept for the report beside it); each runs "
+                                     f"{reserve:.1f} s kept for the report beside it); each runs "
                                      f"its minimum of {MIN_BATCHES} decoder calls"
                                      + (" (an end-to-end case two call pairs and its reproducibility pair)"
                                         if any(fixed_calls(c) for c in remaining) else "")
@@ -375,7 +374,7 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             # relative to the pilot, on earlier cases than on this one), which would
             # otherwise stretch the case past the budget.
             later = [c for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
-            left = settings.budget_s - report_reserve_s(settings.budget_s) - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
+            left = settings.budget_s - run.report_reserve() - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
                 (c.min_batches + extra_of[c.name]) * cost_of[c.name] * run.speed() + run.start_s(c.name)
                 for c in later)  # their floors (and fresh processes' starts)
             sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3),

@@ -530,3 +530,6 @@ def test_the_budgets_clock_counts_the_cases_resolution_and_keeps_time_for_the_re
     start = next(e for e in events if e["event"] == "case_start")
     assert start["elapsed_s"] >= 1.0, start["elapsed_s"]
     assert report_reserve_s(60.0) == pytest.approx(3.0) and report_reserve_s(6.0) == pytest.approx(0.3)
+    # a busy machine (7 wall seconds per CPU second): the report's CPU seconds at that pace,
+    # never more than a fifth of the budget
+    assert report_reserve_s(60.0, 7.0) == pytest.approx(1.5 * 6.0) and report_reserve_s(6.0, 7.0) == pytest.approx(1.2)
