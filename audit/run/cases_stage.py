@@ -196,7 +196,10 @@ class AuditRun:
                                         if any(self.start_s(c.name) for c in remaining) else "")
                                      + f", and ≈{overhead:.1f} s per case for its laws and checks ("
                                      + ("measured on the cases run so far)" if self.overheads else
-                                        "a prior: no case has run yet)"))
+                                        "a prior: no case has run yet)")
+                                     + f"; this audit needs a budget of at least ≈{self.elapsed() + need + reserve:.0f} s "
+                                       f"({self.elapsed():.0f} s spent before these cases: imports, the cases' set-up, "
+                                       f"the pilot and the cases before)")
         if short and not self.notes:
             self.notes.append(short)
         note = "; ".join(filter(None, [

@@ -504,6 +504,8 @@ def test_an_end_to_end_cases_minimum_counts_its_reproducibility_pair(monkeypatch
     need = 4 * 10.0 + run.overhead()
     left = 25.0 - report_reserve_s(25.0)  # the time kept for the report is not the cases'
     assert not plan.feasible and f"need at least {need - left:.0f} s more ({need:.0f} s in all" in plan.note
+    # and the budget the whole audit needs, the time spent before the cases included (here 0)
+    assert f"this audit needs a budget of at least ≈{need + 25.0 - left:.0f} s" in plan.note, plan.note
     assert "its reproducibility pair" in plan.note
 
 
