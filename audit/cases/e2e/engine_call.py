@@ -29,7 +29,8 @@ from specexact.decoders import VerifierProtocolError
 from specexact.decoders.engines.protocol import check_generation_results
 
 __all__ = ["mark_stale", "stale_reason", "stale_exception", "loaded_before", "ensure_loaded", "scheduler_for", "engine_generate", "generate_call",
-           "is_crash", "crashing_classes", "search_crashing_classes", "CrashSearch", "FreshProcessWork"]
+           "is_crash", "crashing_classes", "search_crashing_classes", "CrashSearch", "FreshProcessWork",
+           "LoadsOnlyInFreshProcess", "load_here"]
 
 _LOADED: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
 _EVER_LOADED: "weakref.WeakSet[object]" = weakref.WeakSet()
@@ -128,6 +129,26 @@ def ensure_loaded(engine, case: E2ECase) -> None:
         _EVER_LOADED.add(state)
     except TypeError:
         pass
+
+
+class LoadsOnlyInFreshProcess(Exception):
+    """A case's configuration did not load after another configuration was loaded in this
+    process (:func:`loaded_before`): the case runs in a fresh process (:mod:`.fresh_process`),
+    so it cannot be timed here (:func:`load_here`; the pilot then estimates its cost)."""
+
+
+def load_here(engine, case: E2ECase) -> None:
+    """:func:`ensure_loaded`, for a caller that only times the engine (the audit's pilot): a
+    load that fails after another configuration was loaded in this process raises
+    :class:`LoadsOnlyInFreshProcess` (from the engine's exception), since the case's own run
+    then goes to a fresh process; any other failure raises as it is."""
+    before = loaded_before(engine)
+    try:
+        ensure_loaded(engine, case)
+    except Exception as exc:
+        if before:
+            raise LoadsOnlyInFreshProcess(f"{type(exc).__name__}: {exc}") from exc
+        raise
 
 
 def scheduler_for(engine, case: E2ECase):

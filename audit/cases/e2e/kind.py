@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.checks import e2e_num_checks
-from specexact.audit.cases.e2e.engine_call import engine_generate, ensure_loaded, generate_call
+from specexact.audit.cases.e2e.engine_call import engine_generate, generate_call, load_here
 from specexact.audit.cases.e2e.laws import case_models
 from specexact.audit.cases.e2e.sampling import run_e2e_case
 from specexact.audit.cases.e2e.shrink import shrink_failures
@@ -74,9 +74,18 @@ class E2EKind:
     again before each of its calls (:mod:`~specexact.audit.run.pilot`)."""
 
     def prepare(self, case: E2ECase, device, engine):
-        ensure_loaded(engine, case)
+        """Load the case's configuration (raises
+        :class:`~specexact.audit.cases.e2e.engine_call.LoadsOnlyInFreshProcess` where the case
+        can only run in a fresh process) and its models."""
+        load_here(engine, case)
         case_models(case)
         return None
+
+    def call_size(self, case: E2ECase) -> int:
+        """Token slots of one call of the case (prompt and new tokens over its requests): what
+        the pilot scales a measured call by to estimate one it cannot time
+        (:mod:`~specexact.audit.run.pilot`)."""
+        return case.requests_per_class * sum(len(rc.prompt) + rc.max_tokens for rc in case.row_classes)
 
     def call(self, case: E2ECase, prepared, engine, *, rows: int | None, device, full: bool) -> None:
         if not is_engine(engine):  # the pilot's fall-back to the built-in verifier: nothing to time
