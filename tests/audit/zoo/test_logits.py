@@ -22,6 +22,7 @@ import pytest
 
 from specexact.audit import default_cases, run_audit
 from specexact.audit.cases.dispatch import checks_per_case, restrict_to_sampler
+from specexact.audit.zoo.law_cache import cached_exact_laws
 from specexact.audit.zoo.logits import CORRECT_LOGITS, WRONG_LOGITS
 from specexact.testing import case_names
 
@@ -31,6 +32,15 @@ CI_CASES = tuple(c for c in ALL_CASES if c.model.vocab_size <= 8192)
 QUICK_CASES = tuple(c for c in ALL_CASES if c.name in case_names("quick"))
 #: Correct samplers that run CI_CASES in CI; the others run QUICK_CASES (module docstring).
 CI_CASES_SAMPLERS = {"builtin_order", "lean", "transformers_order"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def exact_laws_once():
+    """The exact reference laws depend on the case only, not on the sampler or the seed:
+    enumerated once per module and worker, verdicts and p-values unchanged
+    (tests/audit/zoo/test_selfcheck.py::test_cached_exact_laws_change_no_result)."""
+    with cached_exact_laws():
+        yield
 
 
 def checks_for(verifier, cases=CI_CASES):
