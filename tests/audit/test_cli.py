@@ -37,8 +37,10 @@ def test_builtin_audit_passes_and_writes_reports(tmp_path, alpha, capsys):
 
 @pytest.mark.statistical(checks=0)
 def test_biased_verifier_exits_1_and_names_the_failing_check(tmp_path, alpha, capsys):
-    code = run_cli(["--case", "v12-eos-cut", "--batches", "4", "--quiet", "--false-fail-rate", str(alpha * 8),
-                    "--sampler", "specexact.audit.zoo:resample_from_target"], tmp_path)
+    # --no-fuzz: the statistical case's exit and finding are the subject (the fuzz phase's
+    # exit 1: tests/cli/test_cli_fuzz.py, tests/audit/run/test_fuzz_stage.py)
+    code = run_cli(["--case", "v12-eos-cut", "--batches", "4", "--quiet", "--no-fuzz", "--false-fail-rate",
+                    str(alpha * 8), "--sampler", "specexact.audit.zoo:resample_from_target"], tmp_path)
     assert code == 1
     data = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
     assert data["verdict"] == "fail"

@@ -64,13 +64,15 @@ def test_html_is_self_contained_with_plots(failing_report):
 
 def test_a_crash_message_with_markup_is_escaped_end_to_end(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
-    code = main(["audit", "--quick", "--case", "v8-plain", "--batches", "2", "--sampler",
+    # 3 fuzz examples per family: the fuzz phase's crash findings carry the message too
+    code = main(["audit", "--quick", "--case", "v8-plain", "--batches", "2", "--fuzz-examples", "3", "--sampler",
                  "faulty_samplers:script_in_message", "--report-dir", str(tmp_path), "--quiet"])
     assert code == 1
     html = next(tmp_path.glob("audit-*.html")).read_text()
     md = next(tmp_path.glob("audit-*.md")).read_text()
     data = json.loads(next(tmp_path.glob("audit-*.json")).read_text())
     assert "<script>" in data["cases"][0]["defect"]  # the JSON keeps the raw text
+    assert any("<script>" in f["message"] for f in data["fuzz"]["findings"])
     assert "<script" not in html.lower() and "&lt;script&gt;alert(" in html
     # fenced blocks (replay scripts) and code spans show their text literally
     outside_code = re.sub(r"(`+)(.+?)\1", "", re.sub(r"(?ms)^(`{3,})python\n.*?^\1$", "", md)).lower()
