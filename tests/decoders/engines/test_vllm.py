@@ -265,7 +265,7 @@ SCENARIO = Scenario(gamma=K, seed=0, shapes=(
                                                                      presence_penalty=0.5), max_tokens=16)))
 
 
-@pytest.mark.statistical(checks=7)  # token_law and plain_token_law in two bands, reproducible, the two seed checks
+@pytest.mark.statistical(checks=8)  # token_law and plain_token_law in two bands, reproducible, the three seed checks
 def test_a_generated_scenario_case_checks_every_token(engine, run_scenario, alpha):
     # Before test_top_k_requests_return, which leaves the CPU route's engine broken.
     if engine.method != "draft_model":
