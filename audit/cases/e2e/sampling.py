@@ -52,6 +52,17 @@ from specexact.audit.sampler.call_timeout import SamplerCallTimeout
 __all__ = ["run_e2e_case"]
 
 
+def _call_pair(timed, engine, case: E2ECase, call: int, **kwargs):
+    """Call ``call`` of the case speculative, then plain (``kwargs`` to
+    :func:`~specexact.audit.cases.e2e.engine_call.generate_call`), each timed in its phase:
+    ``(spec, plain)``, ``[n, case.length]`` int64, ``-1`` after each output's end."""
+    spec = _padded(timed("speculative_calls", generate_call, engine, case, call, speculative=True, **kwargs)[1],
+                   case.length)
+    plain = _padded(timed("plain_calls", generate_call, engine, case, call, speculative=False, **kwargs)[1],
+                    case.length)
+    return spec, plain
+
+
 def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0, num_batches: int | None = None,
                  time_budget_s: float | None = None, min_batches: int = 2, device: torch.device | str = "cpu",
                  progress: Callable[[int, int], None] | None = None,
@@ -147,25 +158,16 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
             if not reproducibility:
                 again = again_plain = None
             else:
-                lp = case.check_logprobs  # the first call's requests, as they were
-                again = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
-                                      logprobs=lp)[1], case.length)
-                again_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
-                                            logprobs=lp)[1], case.length)
+                # the first call's requests, as they were
+                again, again_plain = _call_pair(timed, engine, case, shift, logprobs=case.check_logprobs)
             mixed = mixed_plain = None
             if case.check_in_mix and reproducibility:
                 where = "the in-mix reproducibility calls"
-                mixed = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
-                                      mix=True)[1], case.length)
-                mixed_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
-                                            mix=True)[1], case.length)
+                mixed, mixed_plain = _call_pair(timed, engine, case, shift, mix=True)
             alone = alone_plain = None
             if case.check_alone and reproducibility:
                 where = "the alone reproducibility calls"
-                alone = _padded(timed("speculative_calls", generate_call, engine, case, shift, speculative=True,
-                                      alone=True)[1], case.length)
-                alone_plain = _padded(timed("plain_calls", generate_call, engine, case, shift, speculative=False,
-                                            alone=True)[1], case.length)
+                alone, alone_plain = _call_pair(timed, engine, case, shift, alone=True)
         except AuditInternalError:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash or protocol break of the engine is a finding
