@@ -127,7 +127,11 @@ def continue_in_fresh_processes(result: CaseResult, start: Callable[[FreshProces
         no result (it hung, or died); ``time_budget_s`` is what is left of the case's time
         (None when the case runs a fixed number of calls).
     time_budget_s : float, optional
-        The case's time, of which ``result.wall_time_s`` is spent.
+        The case's time, of which ``result.wall_time_s`` is spent. No further process starts
+        once what is left of it is less than the cheapest fresh process so far took (before
+        the first: the engine's load in this process, ``result.phase_times_s["engine_load"]``);
+        the case's finding then names the classes not searched and those whose laws were not
+        checked. ``None``: every process the work needs.
 
     Returns
     -------
@@ -147,11 +151,19 @@ def continue_in_fresh_processes(result: CaseResult, start: Callable[[FreshProces
                   "crashing": _ids(case, work.crashing), "checked": [], "note": work.reason}]
     spent = result.wall_time_s
     base, extra = result, None
+    cheapest = None  # the least a fresh process has cost so far (its start, the engine's load, its calls)
     for _ in range(MAX_FRESH_PROCESSES):
+        # a fresh process costs at least the engine's load (measured here) until one is measured
+        floor = result.phase_times_s.get("engine_load", 0.0) if cheapest is None else cheapest
+        if time_budget_s is not None and time_budget_s - spent <= floor:
+            extra = _out_of_time(case, work, time_budget_s, spent, floor, measured=cheapest is not None)
+            break
         budget = None if time_budget_s is None else max(time_budget_s - spent, 1e-3)
         t = time.perf_counter()
         got = start(work, budget)
-        spent += time.perf_counter() - t  # the process's start and its imports included
+        took = time.perf_counter() - t
+        spent += took  # the process's start and its imports included
+        cheapest = took if cheapest is None else min(cheapest, took)
         if isinstance(got, str):
             processes.append({"process": "fresh", "whole_case": work.whole_case, "searched": [], "crashing": [],
                               "checked": [], "note": got})
@@ -183,6 +195,26 @@ def continue_in_fresh_processes(result: CaseResult, start: Callable[[FreshProces
     base.wall_time_s = spent
     _name_in_defect(base, processes, extra)
     return base, processes
+
+
+def _out_of_time(case: E2ECase, work, time_budget_s: float, spent: float, floor: float, *, measured: bool) -> str:
+    """Why no further fresh process starts: what is left of the case's time is less than the
+    cheapest fresh process so far took (each one starts the engine again), or, before any,
+    than the engine's load took in the audit's process."""
+    left = max(time_budget_s - spent, 0.0)
+    what = (f"what is left of the case's time ({left:.1f} s of {time_budget_s:.1f} s) is less than "
+            + (f"a fresh process took ({floor:.1f} s at the least)" if measured else
+               f"the engine's load took here ({floor:.1f} s)"))
+    if work.whole_case:
+        return f"{what}: the case was not run in a fresh process"
+    pending = _ids(case, work.pending)
+    ok = _ids(case, work.ok)
+    parts = [f"no further fresh process: {what}"]
+    if pending:
+        parts.append(f"classes not searched: {', '.join(map(str, pending))}")
+    if ok:
+        parts.append(f"classes that run alone, their laws not checked: {', '.join(map(str, ok))}")
+    return "; ".join(parts)
 
 
 def _name_in_defect(result: CaseResult, processes: list[dict], extra: str | None) -> None:
