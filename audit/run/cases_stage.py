@@ -300,7 +300,10 @@ class CasesOutcome:
     resumed : list of str
         Cases taken from the journal.
     wall_time_s : float
-        Seconds spent in this process since the audit's clock started (the pilot included).
+        Seconds this command has spent in this process, as ``--budget`` counts them: its
+        start-up before the audit (imports, the cases' resolution:
+        ``settings.elapsed_before_s``), then the pilot and the cases (a report once said 29 s
+        of a command that ran 53 s under load: its start-up was left out).
     skipped : list of dict
         Cases left out because their minimum did not fit the time left (budget mode):
         ``{"case", "reason", "kind": "budget", "classes"}``, as ``settings.skipped_cases``.
@@ -447,5 +450,5 @@ def run_cases(run: AuditRun, on_status: Status | None = None) -> CasesOutcome:
     plan = AuditPlan(settings.mode, settings.effective_budget_s, run.pilot_s, alpha, target_tv,
                      not run.notes and not skipped, carried, note, fuzz=run.fuzz_plan,
                      skipped=[{"case": sk["case"], "reason": sk["reason"]} for sk in skipped])
-    return CasesOutcome(results=results, plan=plan, resumed=resumed, wall_time_s=time.perf_counter() - run.t0,
-                        skipped=skipped)
+    wall = settings.elapsed_before_s + (time.perf_counter() - run.t0)  # the whole command's, as its budget
+    return CasesOutcome(results=results, plan=plan, resumed=resumed, wall_time_s=wall, skipped=skipped)
