@@ -25,6 +25,12 @@ on, consecutive independent draws (``unseeded_independent``). EOS: the generator
 adapter stops reading at the first EOS token as ``mlx_lm.generate.stream_generate`` does (it
 finishes reading the first round first, so that round's acceptance is known), and returns the
 tokens up to and including it. There is no ``min_tokens`` in mlx-lm (``min_tokens=False``).
+Stop tokens (``stop_tokens=True``): ``stream_generate`` ends at any id in
+``tokenizer.eos_token_ids``, a set the caller sets (``TokenizerWrapper``'s ``eos_token_ids``
+setter, ``add_eos_token``, ``load(..., tokenizer_config={"eos_token": ...})``), checked on every
+token the generator yields, a draft accepted inside a round included; the rest of that round is
+never read. The adapter's EOS is the request's ``eos_token_id``, whatever it is (the set
+``{eos_token_id}``), read as ``stream_generate`` reads it.
 
 Processing (``mlx_lm.sample_utils``, 0.32.2), declared in :data:`MLX_PROCESSING`, never
 corrected: the logits processors (repetition, presence, frequency penalty, in that order:
@@ -137,6 +143,7 @@ class MlxEngine:
                                      "one; unseeded ones continue MLX's global key"),
             draft_sampling="request",
             first_round_after_token=False,
+            stop_tokens=True,  # stream_generate: `token in tokenizer.eos_token_ids`, any id the caller sets
         )
 
     def load(self, target_dir: Path, draft_dir: Path | None, *, method: str, num_speculative_tokens: int) -> None:

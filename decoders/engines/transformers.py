@@ -48,6 +48,17 @@ global RNG goes on, so the unseeded requests of a call are consecutive independe
 (``unseeded_independent``). Nothing the engine returns is changed: the new tokens are
 ``sequences[0, T0:]``.
 
+Stop tokens (``stop_tokens=True``; checked in ``transformers/generation/utils.py`` of 5.25.0):
+the request's ``eos_token_id`` is the only EOS (the models' own ``generation_config.eos_token_id``
+is cleared at load), and ``_prepare_special_tokens`` makes it ``_eos_token_tensor``, which every
+place that stops or masks reads: ``EosTokenCriteria`` (``_get_stopping_criteria``),
+``MinNewTokensLengthLogitsProcessor`` (``_get_logits_processor``: ``min_new_tokens`` masks that
+id, applied at every position of a verify window in ``_assisted_decoding`` step 2.3), and
+``_assisted_decoding``'s crop of the accepted tokens at the first id in ``_eos_token_tensor``
+(step 3, "This is for eos tokens": the tokens a window emits after a stop are dropped, for
+every candidate generator: assistant, prompt lookup, early exit, universal assisted
+generation). So transformers ends a request at any id it is given, the model's EOS or not.
+
 Processing (checked against ``GenerationMixin._get_logits_processor`` of 5.24.0): repetition
 penalty over prompt and output, the min-new-tokens EOS mask (after the repetition penalty,
 which is the same law as before it: ``-inf`` stays ``-inf``), temperature, top-k (ties at the
@@ -196,6 +207,7 @@ class TransformersEngine:
             draft_sampling="request",
             first_round_after_token=False,
             logprobs="processed",
+            stop_tokens=True,  # _eos_token_tensor: EosTokenCriteria, MinNewTokensLengthLogitsProcessor, the window's crop
             seeds=SeedPromise(other_mix=True, unseeded_independent=True, alone=True,
                               source="the adapter: one request at a time, torch.manual_seed(seed) before each seeded "
                                      "one; unseeded ones continue torch's global RNG"),

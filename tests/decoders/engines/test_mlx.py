@@ -142,3 +142,49 @@ SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
 def test_a_generated_scenario_case_passes_token_by_token(engine, run_scenario, alpha):
     result, checks = run_scenario(engine, SCENARIO, alpha)
     assert len(checks) == 8 and all(c.passed for c in checks.values()), [str(c) for c in result.checks]
+
+
+# Stop tokens (EngineCapabilities.stop_tokens): mlx-lm's stream_generate ends at any id in
+# tokenizer.eos_token_ids, so the generated scenarios end each EOS shape at its law's most
+# likely first token (the tiny models' own EOS, below 0.01, almost never ends a request inside
+# a verify window). Two EOS shapes (mlx-lm has no min_tokens), 16 requests each, γ = 3.
+STOP_SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
+    RequestShape(prompt_len=3, prompt_seed=1, params=SamplingParams(), max_tokens=16, eos=True),
+    RequestShape(prompt_len=6, prompt_seed=2, params=SamplingParams(temperature=0.8, top_k=20), max_tokens=16,
+                 eos=True)))
+
+
+def test_requests_stop_inside_a_verify_window_at_the_scenarios_stop_token(engine, llama_target, monkeypatch):
+    # Every (token, from_draft) speculative_generate_step yields (read, not changed): a round
+    # yields its accepted drafts, then the token the target sampled, so a stop yielded as a
+    # draft is inside its window, not the window's last. Fails where `stop_tokens` is dropped
+    # (the shapes then stop at the model's EOS, which no window of these requests holds).
+    import importlib
+
+    from specexact.audit.cases.e2e.scenarios import scenario_case
+
+    module = importlib.import_module("mlx_lm.generate")  # the package's `generate` attribute is a function
+    yielded = []
+    real = module.speculative_generate_step
+
+    def spy(*args, **kwargs):
+        for step in real(*args, **kwargs):
+            yielded.append((int(step[0]), bool(step[2])))
+            yield step
+
+    monkeypatch.setattr(module, "speculative_generate_step", spy)
+    case = scenario_case(engine, STOP_SCENARIO, "draft_model", requests_per_class=16)
+    inside = 0
+    for c, rc in enumerate(case.row_classes):
+        stop = rc.eos_id(llama_target.eos_token_id)
+        assert stop == rc.stop_token != llama_target.eos_token_id
+        for i in range(16):
+            request = rc.request(llama_target.eos_token_id, seed=1000 * c + i)
+            yielded.clear()
+            (result,) = engine.generate([request], speculative=True)
+            check_generation_results([request], [result], V)
+            tokens = result.token_ids
+            assert stop not in tokens[:-1] and [t for t, _ in yielded[:len(tokens)]] == list(tokens)
+            if tokens[-1] == stop and yielded[len(tokens) - 1][1]:  # the stop was an accepted draft
+                inside += 1
+    assert inside >= 1, inside  # 3 of the 32 seeded requests with mlx-lm 0.32.2

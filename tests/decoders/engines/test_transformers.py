@@ -188,3 +188,51 @@ SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
 def test_a_generated_scenario_case_passes_token_by_token(engines, run_scenario, alpha):
     result, checks = run_scenario(engines["draft_model"], SCENARIO, alpha)
     assert len(checks) == 8 and all(c.passed for c in checks.values()), [str(c) for c in result.checks]
+
+
+# Stop tokens (EngineCapabilities.stop_tokens): transformers ends a request at any id it is
+# given, so the generated scenarios end each EOS shape at its law's most likely first token
+# (the tiny models' own EOS, below 0.01, almost never ends a request inside a verify window).
+# A hand-built scenario of two EOS shapes, one with min_tokens, 16 requests each, γ = 3.
+STOP_SCENARIO = Scenario(gamma=GAMMA, seed=0, shapes=(
+    RequestShape(prompt_len=3, prompt_seed=1, params=SamplingParams(), max_tokens=16, min_tokens=2, eos=True),
+    RequestShape(prompt_len=6, prompt_seed=2, params=SamplingParams(temperature=0.8, top_k=20), max_tokens=16,
+                 eos=True)))
+
+
+def test_requests_stop_inside_a_verify_window_at_the_scenarios_stop_token(engines, llama_target, monkeypatch):
+    # Each verify window's accepted tokens before transformers crops them at the stop
+    # (`_speculative_sampling`'s `valid_tokens`, read, not changed): a stop inside a window is one
+    # that is not the window's last token. Fails where `stop_tokens` is dropped (the shapes
+    # then stop at the model's EOS, which no window of these requests holds).
+    from transformers.generation import utils as generation_utils
+
+    from specexact.audit.cases.e2e.scenarios import scenario_case
+
+    windows = []
+    real = generation_utils._speculative_sampling
+
+    def spy(*args, **kwargs):
+        valid, n = real(*args, **kwargs)
+        windows.append([int(t) for t in valid[0].tolist()])
+        return valid, n
+
+    monkeypatch.setattr(generation_utils, "_speculative_sampling", spy)
+    engine = engines["draft_model"]
+    case = scenario_case(engine, STOP_SCENARIO, "draft_model", requests_per_class=16)
+    inside = 0
+    for c, rc in enumerate(case.row_classes):
+        stop = rc.eos_id(llama_target.eos_token_id)
+        assert stop == rc.stop_token != llama_target.eos_token_id
+        for i in range(16):
+            request = rc.request(llama_target.eos_token_id, seed=1000 * c + i)
+            windows.clear()
+            (result,) = engine.generate([request], speculative=True)
+            check_generation_results([request], [result], V)
+            tokens = result.token_ids
+            assert stop not in tokens[:-1] and stop not in tokens[:rc.min_tokens], (rc.describe(), tokens)
+            cut = [w for w in windows if stop in w[:-1]]
+            if cut:  # the window held tokens after the stop: the engine dropped them and ended the request
+                assert len(cut) == 1 and windows[-1] is cut[0] and tokens[-1] == stop, (windows, tokens)
+                inside += 1
+    assert inside >= 1, inside  # 5 of the 32 seeded requests with transformers 5.25.0
