@@ -13,6 +13,7 @@ are the one exception to the order and nothing of the project imports them.
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 import tomllib
 from pathlib import Path
@@ -71,31 +72,42 @@ def _is_package(name: str, sources: dict[str, str]) -> bool:
     return any(m.startswith(name + ".") for m in sources)
 
 
+@functools.lru_cache(maxsize=None)
+def _import_statements(text: str, pkg: str) -> tuple[tuple[tuple[str, ...], bool], ...]:
+    """Each import statement of a module's ``text`` (in package ``pkg``): the dotted names it
+    may import and whether it lies inside a function. Parsed once per text: the tests build
+    several graphs of the same sources (and of the sources with a planted module)."""
+    tree = ast.parse(text)
+    inner = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for n in ast.walk(fn)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        out.append((tuple(targets), id(node) in inner))
+    return tuple(out)
+
+
 def imports(sources: dict[str, str]) -> dict[str, dict[str, bool]]:
     """``{module: {imported project module: whether imported inside a function}}``."""
     graph = {}
     for name, text in sources.items():
         pkg = name if _is_package(name, sources) else name.rpartition(".")[0]
-        tree = ast.parse(text)
-        inner = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in ast.walk(fn)}
         edges: dict[str, bool] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = pkg.split(".")
-                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
-            else:
-                continue
+        for targets, inside in _import_statements(text, pkg):
             for t in targets:
                 while t and t not in sources:
                     t = t.rpartition(".")[0]
                 if t and t != name:
-                    edges[t] = edges.get(t, False) or id(node) in inner
+                    edges[t] = edges.get(t, False) or inside
         graph[name] = edges
     return graph
 

@@ -87,20 +87,16 @@ def test_a_hanging_generate_call_is_a_timeout_defect_and_the_audit_ends():
 
 
 @pytest.mark.statistical(checks=0)  # a planted fault risks only a false pass
-def test_the_replay_of_an_engine_audited_from_python_names_its_class(alpha):
-    result = audit_engine(SeedIgnored(), method="draft_model", requests_per_class=16, false_fail_rate=alpha)
-    commands = {f["reproduction"]["command"] for f in result.report["findings"]}
-    assert commands and all(c.startswith("specexact audit --engine specexact.audit.zoo.e2e:SeedIgnored ")
-                            for c in commands), commands
-
-
-@pytest.mark.statistical(checks=0)  # a planted fault risks only a false pass
-def test_the_messages_python_replay_reruns_the_engines_case(alpha):
+def test_the_replays_of_an_engine_audited_from_python_name_its_class_and_rerun_its_case(alpha):
     import contextlib
     import io
 
+    # one audit for both replays (the command and the Python line)
     result = audit_engine(SeedIgnored(), method="draft_model", requests_per_class=16, batches=2,
                           false_fail_rate=alpha)
+    commands = {f["reproduction"]["command"] for f in result.report["findings"]}
+    assert commands and all(c.startswith("specexact audit --engine specexact.audit.zoo.e2e:SeedIgnored ")
+                            for c in commands), commands
     (line,) = {ln.strip()[len("python: "):] for ln in result.message.splitlines()
                if ln.strip().startswith("python: ")}
     assert line.startswith("from specexact.testing import audit_engine; ") and "audit_verifier" not in line, line

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,34 +49,35 @@ def test_the_cache_folder_defaults_to_the_environment(tmp_path, monkeypatch):
     assert default_cache_dir() == default_cache_dir().home() / ".cache" / "specexact" / "models"
 
 
-MAKER = """
-import os, sys, time
-from pathlib import Path
-from specexact.decoders.tiny_models import ModelSpec, make_model
-cache, me = Path(sys.argv[1]), sys.argv[2]
-(cache.parent / f"ready-{me}").touch()
-while not (cache.parent / "go").exists():
-    time.sleep(0.001)
-print(make_model(ModelSpec(architecture="llama", seed=11), 0.05, cache))
-"""
+def _maker(cache: str, go, out: str) -> None:
+    """A forked maker: waits for ``go`` (both start together), makes the shared model in
+    ``cache``, records the folder it got."""
+    go.wait(timeout=120)
+    Path(out).write_text(str(make_model(ModelSpec(architecture="llama", seed=11), 0.05, Path(cache))))
 
 
 def test_concurrent_makers_agree_and_leave_one_whole_model(tmp_path):
+    """Two maker processes forked from this one (its imports already done by the reference
+    model made first: a fresh interpreter per maker cost 2-3 s of CPU importing torch),
+    released together by one event, make the same model in one cache."""
+    import multiprocessing
+
     cache = tmp_path / "cache"
-    procs = [subprocess.Popen([sys.executable, "-c", MAKER, str(cache), str(i)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
-        assert time.monotonic() < deadline, "the makers did not start"
-        time.sleep(0.01)
-    (tmp_path / "go").touch()  # both make the same model at once
-    outputs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
-    paths = {out.strip() for out, _ in outputs}
+    reference = make_model(ModelSpec(architecture="llama", seed=11), 0.05, tmp_path / "alone")
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    outs = [tmp_path / f"maker-{i}.path" for i in range(2)]
+    procs = [ctx.Process(target=_maker, args=(str(cache), go, str(outs[i]))) for i in range(2)]
+    for p in procs:
+        p.start()
+    go.set()  # both make the same model at once
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    paths = {o.read_text().strip() for o in outs}
     assert len(paths) == 1
     folder = paths.pop()
     assert sorted(os.listdir(cache)) == [os.path.basename(folder)]  # the loser's temporary folder removed
-    reference = make_model(ModelSpec(architecture="llama", seed=11), 0.05, tmp_path / "alone")
     for name in FILES:
         assert (cache / os.path.basename(folder) / name).read_bytes() == (reference / name).read_bytes()
 
