@@ -106,7 +106,7 @@ def test_a_crash_in_the_budgeted_pilot_still_leads_the_case_to_fresh_processes(t
     monkeypatch.delitem(sys.modules, "loads_once_pilot", raising=False)
     out = tmp_path / "reports"
     code = main(["audit", "--engine", "loads_once_pilot:TopKCrashesTheProcess", "--method", "draft_model",
-                 "--case", "e2e-llama-v64-draft_model-g2", "--budget", "10", "--requests-per-class", "8", "--threads", "1", "--call-timeout", "60",
+                 "--case", "e2e-llama-v64-draft_model-g2", "--budget", "60", "--requests-per-class", "8", "--threads", "1", "--call-timeout", "60",
                  "--false-fail-rate", repr(alpha * CHECKS), "--no-html", "--no-journal", "--quiet",
                  "--report-dir", str(out)])
     sys.modules.pop("loads_once_pilot", None)
