@@ -41,7 +41,7 @@ def test_a_call_hung_inside_torch_at_exit_ends_with_status_1_and_the_reports_wri
     proc = subprocess.run([sys.executable, "-m", "specexact", "audit", "--engine", "hangtorch:HangsInTorch",
                            "--method", "draft_model", "--case", "e2e-llama-v64-draft_model-g2", "--requests-per-class", "8",
                            "--batches", "2",
-                           "--threads", "1", "--call-timeout", "5", "--report-dir", str(out), "--no-html",
+                           "--threads", "1", "--call-timeout", "2", "--report-dir", str(out), "--no-html",
                            "--no-journal", "--quiet"], capture_output=True, text=True, env=env, timeout=240,
                           cwd=tmp_path)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
