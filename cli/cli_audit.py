@@ -149,8 +149,11 @@ def _engine_and_cases(args):
     try:
         engine, target = resolve_engine(args.engine)
         # e2e_cases' defaults otherwise; the generated scenarios of the audit seed and the
-        # long case too (their own requests per class)
-        cases = e2e_cases(engine, args.method, **given, long_case_too=True, scenarios=True, scenario_seed=args.seed)
+        # long case too (their own requests per class). A --case that names only cases of the
+        # catalog does not draw the scenarios (a Hypothesis run: seconds of the budget).
+        cases = e2e_cases(engine, args.method, **given, long_case_too=True)
+        if not args.case or any(n not in {c.name for c in cases} for n in args.case):
+            cases = e2e_cases(engine, args.method, **given, long_case_too=True, scenarios=True, scenario_seed=args.seed)
     except (EngineError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     if args.case:  # with --engine, --case picks among the engine's end-to-end cases

@@ -121,6 +121,23 @@ def test_case_picks_among_an_engines_end_to_end_cases(capsys):
     assert "unknown --case ['v8-plain']; with --engine the cases are the engine's end-to-end cases" in err
 
 
+def test_a_case_of_the_catalog_is_picked_without_drawing_the_scenarios(monkeypatch, capsys):
+    """Drawing the scenarios is a Hypothesis run (seconds of a budget); ``--case`` naming only
+    catalog cases (the enumerable and long cases) does not draw them; naming a scenario does."""
+    from specexact.audit.cases.e2e import catalog
+
+    drawn = []
+    real = catalog.scenario_cases
+    monkeypatch.setattr(catalog, "scenario_cases", lambda *a, **k: drawn.append(1) or real(*a, **k))
+    assert main(["audit", "--engine", "builtin", "--case", "e2e-llama-v64-draft_model-long-g4",
+                 "--case", "e2e-llama-v64-draft_model-g2", "--list-cases"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("e2e-llama-v64-draft_model-g2: ") and "\ne2e-llama-v64-draft_model-long-g4: " in out
+    assert drawn == []
+    assert main(["audit", "--engine", "builtin", "--case", "e2e-llama-v64-draft_model-scenario-1", "--list-cases"]) == 0
+    assert capsys.readouterr().out.startswith("e2e-llama-v64-draft_model-scenario-1: ") and drawn == [1]
+
+
 def test_an_engine_not_installed_here_exits_2_naming_its_environment(monkeypatch, tmp_path, capsys):
     from specexact.decoders.engines.vllm import VllmEngine
 
