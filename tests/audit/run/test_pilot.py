@@ -66,8 +66,9 @@ def test_a_candidate_that_cannot_reach_its_cut_off_within_the_probes_time_is_not
     _, choice = pilot_with_thread_choice(CASES[:1], verifier=slow, candidates=[1, 2], probe_budget_s=1.0)
     assert set(calls) == {1} and set(choice.seconds) == {"1"} and choice.threads == 1
     calls.clear()
-    _, choice = pilot_with_thread_choice(CASES[:1], verifier=slow, candidates=[1, 2], probe_budget_s=10.0)
-    assert 2 in calls and set(choice.seconds) == {"1", "2"}  # with the time for it, it is tried
+    _, choice = pilot_with_thread_choice(CASES[:1], verifier=slow, candidates=[1, 2], probe_budget_s=600.0)
+    # with the time for it (ample at any load: the probes take what they need, not the budget), it is tried
+    assert 2 in calls and set(choice.seconds) == {"1", "2"}
 
 
 def _verify_inputs():
