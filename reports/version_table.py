@@ -92,7 +92,12 @@ def finding_name(finding: Mapping) -> str:
     if finding.get("tier") != "defect":
         return check
     text = str(finding.get("defect") or finding.get("message") or "").splitlines()
-    what = re.sub(r"^.*? call \d+: ", "", text[0] if text else "").split("; alone")[0].strip()
+    what = re.sub(r"^.*? call \d+: ", "", text[0] if text else "")
+    # What the audit did after the crash is not the crash (vLLM: a second engine that could
+    # not start; classes rerun in fresh processes).
+    what = re.split(r"; (?:alone|the engine could not be loaded again|in fresh processes)", what)[0].strip()
+    # An index read from uninitialised memory differs from run to run: one crash, one name.
+    what = re.sub(r"\bindex -?\d+ is out of bounds", "index <n> is out of bounds", what)
     return f"{check}: {what[:100]}" if what else check
 
 

@@ -65,6 +65,13 @@ def test_a_defect_is_named_by_what_went_wrong():
     assert finding_name(dict(crash, defect="crash in speculative generate call 0: TypeError: isin() received an "
                                            "invalid combination; alone, these crash: class 2")) == finding_name(crash)
     assert finding_name({"check": "sequence_law[class 2]", "tier": "inexact"}) == "sequence_law[class 2]"
+    # vLLM: an index read from uninitialised memory, and what the audit did after the crash, are not the name.
+    vllm = [{"check": "defect", "tier": "defect", "defect": f"crash in speculative generate call 0: RuntimeError: "
+             f"index {i} is out of bounds for dimension 1 with size 64{rest}"}
+            for i, rest in ((64, "; alone, these crash: class 1"),
+                            (-1879048448, "; the engine could not be loaded again after a crash (AttributeError: x)"),
+                            (1074849628, "; in fresh processes, alone, these crash: class 1"))]
+    assert {finding_name(f) for f in vllm} == {"defect: RuntimeError: index <n> is out of bounds for dimension 1 with size 64"}
 
 
 def test_replay_rows_read_the_exit_status():
