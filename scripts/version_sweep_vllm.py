@@ -34,13 +34,14 @@ AUDIT_ARGS = ("--call-timeout", "300")
 METHOD_BUDGETS = {"ngram": 1200.0}
 #: tox's setenv for vllm-e2e: the engine core in the audit's own process.
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-#: (id, script and its arguments, method, a piece of the audit finding's name it confirms or None).
+#: What the top-k crash says: uninitialised top-k values select nothing, index past the
+#: vocabulary, or ask ``topk`` for more than there is (scripts/replays/vllm_e2e_topk_crash.py).
+TOPK_CRASH = ("out of bounds for dimension 1", "max(): Expected reduction dim", "selected index k out of range")
+#: (id, script and its arguments, method, the piece(s) of the audit finding's name it confirms or None).
 REPLAYS = (
-    ("vllm-e2e-topk-crash", "scripts/replays/vllm_e2e_topk_crash.py", "draft_model",
-     "out of bounds for dimension 1"),
+    ("vllm-e2e-topk-crash", "scripts/replays/vllm_e2e_topk_crash.py", "draft_model", TOPK_CRASH),
     ("vllm-e2e-second-token", "scripts/replays/vllm_e2e_second_token.py", "draft_model", "sequence_law["),
-    ("vllm-e2e-topk-crash-ngram", "scripts/replays/vllm_e2e_topk_crash.py --method ngram", "ngram",
-     "max(): Expected reduction dim"),
+    ("vllm-e2e-topk-crash-ngram", "scripts/replays/vllm_e2e_topk_crash.py --method ngram", "ngram", TOPK_CRASH),
     ("vllm-e2e-chunked-prefill-seed", "scripts/replays/vllm_e2e_chunked_prefill_seed.py", "ngram",
      "does not use offset"),
     # The audit's harness meets it (an engine that cannot start again after the n-gram

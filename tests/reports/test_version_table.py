@@ -119,6 +119,18 @@ def test_finding_ranges_first_last_and_fixed_in():
     assert replay["not_seen_in"] == ["5.14.1", "5.25.0"] and replay["errors"] == ["5.24.0"]
 
 
+def test_a_replay_may_confirm_any_of_several_names():
+    rows = [audit_row("0.31.0", "draft_model", _report("fail", [{"check": "defect", "tier": "defect", "defect":
+                                                                 "crash in speculative generate call 0: RuntimeError: "
+                                                                 "selected index k out of range"}]))]
+    pieces = ("out of bounds for dimension 1", "selected index k out of range")
+    replays = [replay_row("0.31.0", "topk", "t.py", 1, "finding reproduced", method="draft_model", matches=pieces),
+               replay_row("0.31.0", "law", "l.py", 1, "finding reproduced", method="draft_model", matches=pieces[:1])]
+    (audit, *_) = finding_ranges(rows, replays)
+    assert audit["replays_at_ends"] == {"0.31.0": {"topk": "reproduced"}}
+    assert replays[0]["matches"] == list(pieces)  # as the JSON table keeps it
+
+
 def test_a_replay_never_reproduced_has_no_range():
     (only,) = finding_ranges([], [replay_row("5.0.0", "f", "r.py", 0, "not reproduced")])
     assert only["affects"] is None and only["fixed_in"] is None and only["versions"] == []
