@@ -296,7 +296,10 @@ def sweep_version(version: str, args, log, *, env_maker=make_env) -> dict:
     selected = [r for r in spec.replays if r[2] in args.methods and not args.no_replays
                 and (args.replays is None or r[0] in args.replays)]
     replays = [run_replay(python, version, f, s, m, match, args, log) for f, s, m, match in selected]
-    if args.replays_only and kept.is_file():  # the replays not run again stay as they were
+    kept = out / "sweep.json"
+    if args.keep_rows and not args.replays_only and kept.is_file():  # the other methods' rows stay
+        rows = [r for r in json.loads(kept.read_text())["rows"] if r.get("method") not in args.methods + [None]] + rows
+    if (args.replays_only or args.keep_rows) and kept.is_file():  # the replays not run again stay as they were
         rerun = {r[0] for r in selected}
         replays = [r for r in json.loads(kept.read_text())["replays"] if r["finding"] not in rerun] + replays
     log(f"  {version} done in {time.monotonic() - t0:.0f} s")
@@ -353,6 +356,8 @@ def parse_args(argv=None):
                         help="keep each version's audit rows (its sweep.json) and run only its replays again")
     parser.add_argument("--replays", nargs="+", default=None, metavar="ID",
                         help="run only these replays (ids of REPLAYS; default: all)")
+    parser.add_argument("--keep-rows", action="store_true",
+                        help="keep each version's rows and replays of the methods not run now (one method again)")
     parser.add_argument("--table-only", action="store_true", help="only rebuild the table from the kept sweep.json files")
     parser.add_argument("--note", dest="notes", action="append", help="a note kept with the table (repeatable)")
     args = parser.parse_args(argv)
@@ -384,6 +389,18 @@ def parse_args(argv=None):
     return args
 
 
+def _settings(settings: dict, folder: Path, args) -> dict:
+    """The settings kept with a version's rows; with ``--keep-rows``, each method's budget, kept ones too."""
+    kept = folder / "sweep.json"
+    if not args.keep_rows or not kept.is_file():
+        return settings
+    old = json.loads(kept.read_text()).get("settings") or {}
+    old_budgets = old.get("method_budgets_s") or {}
+    budgets = {m: old_budgets.get(m, old.get("budget_s")) for m in old.get("methods", [])}
+    budgets.update({m: _budget(args, m) for m in args.methods})
+    return dict(settings, methods=list(budgets), method_budgets_s=budgets)
+
+
 def main(argv=None, *, env_maker=None, log=None) -> int:
     log = log or (lambda msg: print(msg, flush=True))
     try:
@@ -403,7 +420,8 @@ def main(argv=None, *, env_maker=None, log=None) -> int:
                 result = sweep_version(version, args, log, env_maker=env_maker)
                 folder = args.out / args.engine / version
                 folder.mkdir(parents=True, exist_ok=True)
-                (folder / "sweep.json").write_text(json.dumps(dict(result, settings=settings), indent=1) + "\n")
+                (folder / "sweep.json").write_text(json.dumps(dict(result, settings=_settings(settings, folder, args)),
+                                                              indent=1) + "\n")
         table_path = write_table(args, log)
     except (SweepError, ValueError, OSError, json.JSONDecodeError, KeyError) as exc:
         print(f"version_sweep: {type(exc).__name__}: {exc}", file=sys.stderr)

