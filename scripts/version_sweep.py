@@ -108,13 +108,23 @@ class EngineSweep:
         The default ``--requests-per-class`` (None: not passed, the audit's own).
     env : dict, optional
         Added to the audits' and replays' environment.
+    log_lines : str, optional
+        A pattern of the engine's own log lines in a replay's output, left out of what the
+        table keeps of it (vLLM logs to stdout).
     """
 
     def __init__(self, name, dist, versions, methods, replays, *, readings=None, audit_args=(), method_budgets=None,
-                 requests_per_class=32, env=None):
+                 requests_per_class=32, env=None, log_lines=None):
         self.name, self.dist, self.versions, self.methods, self.replays = name, dist, versions, methods, replays
         self.readings, self.audit_args = dict(readings or {}), tuple(audit_args)
         self.method_budgets, self.requests_per_class, self.env = dict(method_budgets or {}), requests_per_class, dict(env or {})
+        self.log_lines = log_lines
+
+    def printed(self, output: str) -> str:
+        """``output`` without the engine's own log lines."""
+        if not self.log_lines:
+            return output
+        return "\n".join(line for line in output.splitlines() if not re.match(self.log_lines, line))
 
 
 def _load_vllm():
@@ -129,7 +139,7 @@ ENGINES = {
     ENGINE: EngineSweep(ENGINE, ENGINE, DEFAULT_VERSIONS, DEFAULT_METHODS, REPLAYS),
     VLLM.NAME: EngineSweep(VLLM.NAME, VLLM.DIST, VLLM.VERSIONS, VLLM.METHODS, VLLM.REPLAYS, readings=VLLM.READINGS,
                            audit_args=VLLM.AUDIT_ARGS, method_budgets=VLLM.METHOD_BUDGETS, requests_per_class=None,
-                           env=VLLM.ENV),
+                           env=VLLM.ENV, log_lines=VLLM.LOG_LINES),
 }
 
 
@@ -262,9 +272,9 @@ def run_replay(python: Path, version: str, finding: str, script: str, method: st
     except (OSError, subprocess.TimeoutExpired) as exc:
         return replay_row(version, finding, script, None, f"{type(exc).__name__}: {exc}", method=method,
                           matches=matches)
-    output = proc.stdout
-    if path in spec.readings and proc.stdout.strip():
-        last = [line.strip() for line in proc.stdout.splitlines() if line.strip()][-1]
+    output = spec.printed(proc.stdout)
+    if path in spec.readings and output.strip():
+        last = [line.strip() for line in output.splitlines() if line.strip()][-1]
         reproduced, not_reproduced = spec.readings[path]
         if proc.returncode == 1 and re.search(reproduced, last) and last != "finding reproduced":
             output += "\nfinding reproduced"
@@ -323,7 +333,7 @@ def write_table(args, log) -> Path:
                                 exit_status=row.get("exit_status"))
             rows.append(row)
         matches = {f: match for f, _, _, match in spec.replays}
-        replays += [replay_row(r["version"], r["finding"], r["script"], r["exit_status"], "\n".join(r["printed"]),
+        replays += [replay_row(r["version"], r["finding"], r["script"], r["exit_status"], spec.printed("\n".join(r["printed"])),
                                method=r.get("method"), matches=matches.get(r["finding"])) for r in data["replays"]]
         settings = data.get("settings", settings)
     notes = [line for line in (args.notes or [])]

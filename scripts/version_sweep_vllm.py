@@ -37,6 +37,8 @@ ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 #: What the top-k crash says: uninitialised top-k values select nothing, index past the
 #: vocabulary, or ask ``topk`` for more than there is (scripts/replays/vllm_e2e_topk_crash.py).
 TOPK_CRASH = ("out of bounds for dimension 1", "max(): Expected reduction dim", "selected index k out of range")
+#: vLLM's logger lines (it logs to stdout): ``(MainProcess pid=1) INFO 12-08 00:03:09 [core.py:129] ...``.
+LOG_LINES = r"^(\(\S+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \["
 #: (id, script and its arguments, method, the piece(s) of the audit finding's name it confirms or None).
 REPLAYS = (
     ("vllm-e2e-topk-crash", "scripts/replays/vllm_e2e_topk_crash.py", "draft_model", TOPK_CRASH),

@@ -52,6 +52,7 @@ if script == "vllm_e2e_topk_crash.py" and "ngram" in args:
     sys.exit(0)
 if script == "vllm_e2e_topk_crash.py":
     print("FINDING: speculative generate (draft_model, top_k=8) raised RuntimeError: index 64 is out of bounds")
+    print("(MainProcess pid=11566) ERROR 12-08 00:03:09 [dump_input.py:81] Dumping scheduler stats: ...")  # vLLM's log
     sys.exit(1)
 if script == "vllm_e2e_chunked_prefill_seed.py":
     if version == "0.31.0":
@@ -114,6 +115,7 @@ def test_the_vllm_sweep_writes_its_rows_replays_and_table(tmp_path, monkeypatch)
         ("0.32.0", "vllm-e2e-chunked-prefill-seed"): "not reproduced"}
     topk = [r for r in table["replays"] if r["finding"] == "vllm-e2e-topk-crash"][0]
     assert topk["printed"][-2].startswith("FINDING: speculative generate") and topk["printed"][-1] == "finding reproduced"
+    assert not any("pid=" in line for r in table["replays"] for line in r["printed"])  # vLLM's log lines left out
     ranges = {(f["kind"], f["method"], f["finding"]): f for f in table["findings"]}
     seed = ranges[("replay", "ngram", "vllm-e2e-chunked-prefill-seed")]
     assert seed["affects"] == ["0.31.0", "0.31.0"] and seed["fixed_in"] == "0.32.0"
