@@ -42,7 +42,9 @@ LOG_LINES = r"^(\(\S+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d 
 #: (id, script and its arguments, method, the piece(s) of the audit finding's name it confirms or None).
 REPLAYS = (
     ("vllm-e2e-topk-crash", "scripts/replays/vllm_e2e_topk_crash.py", "draft_model", TOPK_CRASH),
-    ("vllm-e2e-second-token", "scripts/replays/vllm_e2e_second_token.py", "draft_model", "sequence_law["),
+    # The wrong speculative law: the audit's law checks of the speculative sequences and tokens.
+    ("vllm-e2e-second-token", "scripts/replays/vllm_e2e_second_token.py", "draft_model",
+     ("sequence_law[", "sequences_vs_plain[", "token_law[")),
     ("vllm-e2e-topk-crash-ngram", "scripts/replays/vllm_e2e_topk_crash.py --method ngram", "ngram", TOPK_CRASH),
     ("vllm-e2e-chunked-prefill-seed", "scripts/replays/vllm_e2e_chunked_prefill_seed.py", "ngram",
      "does not use offset"),
