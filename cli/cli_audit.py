@@ -5,7 +5,9 @@ Everything that stops the audit without a verdict on the sampler raises
 :class:`~specexact.cli_common.CliError` (exit 2, one line): bad arguments, a sampler that
 cannot be imported, output paths that cannot be written (checked before any sampling),
 another run holding the same journal, a journal that cannot be written, reports that
-cannot be written (the JSON is then saved elsewhere and the journal kept). Ctrl-C (or
+cannot be written (the JSON is then saved elsewhere and the journal kept). An engine none
+of whose cases started here (each first load raised) exits 2 too, after the reports are
+written (:func:`~specexact.audit.verdict.verdict.not_started`). Ctrl-C (or
 SIGTERM) ends with a line saying what was kept and how to resume.
 """
 
@@ -342,7 +344,7 @@ def audit_command(args) -> int:
     from specexact.audit.sampler.samplers import ENGINE_SAMPLER_PREFIX
     from specexact.audit.run.journal import JournalBusy, held_journal
     from specexact.audit.cases.dispatch import restrict_to_sampler
-    from specexact.audit.verdict.verdict import FAIL, PASS, command_verdict
+    from specexact.audit.verdict.verdict import FAIL, PASS, command_verdict, not_started
 
     device = _device(args.device)
     import_path_as_python_m()
@@ -436,13 +438,18 @@ def audit_command(args) -> int:
             kept = f"; the journal {journal.path} is kept: run the same command again to write them" if journal else ""
             _error_line(f"interrupted while writing the reports{kept}")
             return EXIT_ERROR
+    why_not_started = not_started(report["cases"])
     verdict = command_verdict(report["verdict"], regressed=None if diff is None else diff.regressed,
                               fuzz_error=bool((report.get("fuzz") or {}).get("error")),
-                              comparison_failed=baseline_error is not None)
+                              comparison_failed=baseline_error is not None,
+                              engine_not_started=why_not_started is not None)
     status = {PASS: EXIT_PASS, FAIL: EXIT_FAIL}.get(verdict, EXIT_ERROR)
     _summary(report, paths, console, verdict=verdict, regression=diff is not None)
     if baseline_error is not None:
         _error_line(baseline_error)
+    if why_not_started is not None:  # not audited: not a defect of the engine (rule 11)
+        _error_line(f"the engine {args.engine} did not start here, so nothing was audited (its first load "
+                    f"raised: {why_not_started.removeprefix('crash in engine load: ')}); the reports are written")
     return status
 
 
@@ -456,11 +463,13 @@ def _final_verdict(report: dict, verdict: str, regression: bool) -> str:
     (:func:`~specexact.audit.verdict.verdict.command_verdict`, which the exit status follows):
     in regression mode the comparison with the baseline, with the audit's own verdict beside
     it; an error of an audit that passed says whether its fuzz phase could not run."""
-    from specexact.audit.verdict.verdict import ERROR, FAIL, PASS
+    from specexact.audit.verdict.verdict import ERROR, FAIL, PASS, not_started
 
     if regression and verdict != ERROR:
         return (f"{verdict} ({'a regression' if verdict == FAIL else 'no regression'} against the baseline; "
                 f"the audit alone: {report['verdict']})")
+    if verdict == ERROR and not_started(report["cases"]) is not None:
+        return "error (the engine did not start here)"
     if verdict == ERROR and report["verdict"] == PASS:
         return "error (the fuzz phase could not run)" if (report.get("fuzz") or {}).get("error") else "error"
     return verdict
@@ -500,6 +509,8 @@ def print_findings(report: dict, console) -> None:
 def _summary(report: dict, paths: dict, console, *, verdict: str, regression: bool = False) -> None:
     from rich.markup import escape
 
+    from specexact.audit.verdict.verdict import not_started
+
     proc = report["settings"].get("processing") or {}
     if proc.get("level") == "logits":
         console.print(f"logits-level sampler: reference laws use its declared order {' > '.join(proc['order'])} "
@@ -509,7 +520,8 @@ def _summary(report: dict, paths: dict, console, *, verdict: str, regression: bo
         what = sk["case"] + (f" class{'es' if len(classes) > 1 else ''} {', '.join(map(str, classes))}"
                              if classes and sk.get("kind") != "budget" else "")
         console.print(f"[yellow]skipped[/] {escape(what)}: {escape(sk['reason'])}")
-    print_findings(report, console)
+    if not_started(report["cases"]) is None:  # else the load's error is no finding: the last line says it
+        print_findings(report, console)
     print_fuzz(report, console, findings=False)  # the fuzz findings are among the findings above
     threads = (report["settings"].get("threads") or {}).get("threads")
     console.print(f"verdict: {_final_verdict(report, verdict, regression)}; {report['num_sequences']:,} sequences in "

@@ -14,7 +14,7 @@ of JSON Schema the schema uses (``type``, ``properties``, ``required``,
 ``specexact merge`` can refuse malformed input without :mod:`jsonschema` installed.
 
 Compatibility: readers must ignore fields they do not know (objects allow additional
-properties). Adding fields bumps ``schema_version`` (``1.11`` -> ``1.12``) and keeps
+properties). Adding fields bumps ``schema_version`` (``1.12`` -> ``1.13``) and keeps
 ``schema`` (``specexact.audit/1``); removing a field or changing its meaning bumps the
 major version (``specexact.audit/2``).
 """
@@ -133,7 +133,7 @@ FUZZ_DEFS: dict[str, Any] = {
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://specexact.invalid/schemas/audit/1.11/audit.schema.json",
+    "$id": "https://specexact.invalid/schemas/audit/1.12/audit.schema.json",
     "title": "specexact audit report",
     "description": "One run (or merged shards) of `specexact audit`. See reports/schema.md.",
     "type": "object",
@@ -383,6 +383,11 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "defect": _NULLABLE_STRING,
                 "checks": {"type": "array", "items": {"$ref": "#/$defs/check_result"}},
                 "execution": {"$ref": "#/$defs/execution"},
+                "engine_not_started": {"const": True,
+                                       "description": "since 1.12, end-to-end cases: the engine's first load in the "
+                                                      "audit's process raised (nothing of it ran there); absent "
+                                                      "otherwise. A report every case of which has it audited "
+                                                      "nothing: the command's verdict is error (exit status 2)"},
                 "phase_times_s": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
                                   "description": "since 1.7, end-to-end cases: seconds spent loading the "
                                                  "engine, computing the exact laws (laws, before the first "

@@ -92,7 +92,12 @@ def finding_name(finding: Mapping) -> str:
     if finding.get("tier") != "defect":
         return check
     text = str(finding.get("defect") or finding.get("message") or "").splitlines()
-    what = re.sub(r"^.*? call \d+: ", "", text[0] if text else "").split("; alone")[0].strip()
+    what = re.sub(r"^.*? call \d+: ", "", text[0] if text else "")
+    # What the audit did after the crash is not the crash (vLLM: a second engine that could
+    # not start; classes rerun in fresh processes).
+    what = re.split(r"; (?:alone|the engine could not be loaded again|in fresh processes)", what)[0].strip()
+    # An index read from uninitialised memory differs from run to run: one crash, one name.
+    what = re.sub(r"\bindex -?\d+ is out of bounds", "index <n> is out of bounds", what)
     return f"{check}: {what[:100]}" if what else check
 
 
@@ -181,7 +186,7 @@ def failure_row(version: str, method: str | None, status: str, error: str) -> di
 
 
 def replay_row(version: str, finding: str, script: str, exit_status: int | None, output: str,
-               *, method: str | None = None, matches: str | None = None) -> dict:
+               *, method: str | None = None, matches: str | Sequence[str] | None = None) -> dict:
     """One replay's outcome on one version: reproduced (exit status 1 and the last line printed
     ``finding reproduced``), not reproduced (exit 0, ``not reproduced``), else an error (a
     Python exception exits 1 too, so the status alone does not say reproduced).
@@ -200,10 +205,11 @@ def replay_row(version: str, finding: str, script: str, exit_status: int | None,
         last five.
     method : str, optional
         The drafting method the finding concerns.
-    matches : str, optional
+    matches : str or sequence of str, optional
         A piece of the name of the audit finding this replay confirms (e.g.
         ``"MinLengthLogitsProcessor"``, ``"accepted_length["``): :func:`finding_ranges` lists
-        the replay beside that method's audit findings whose names contain it.
+        the replay beside that method's audit findings whose names contain it (a sequence: any of
+        them, e.g. the several messages of one crash).
     """
     lines = [line.rstrip() for line in str(output).splitlines() if line.strip()]
     last = lines[-1].strip() if lines else ""
@@ -214,8 +220,16 @@ def replay_row(version: str, finding: str, script: str, exit_status: int | None,
         status = "not reproduced"
     else:
         status = "error"
+    if matches is not None and not isinstance(matches, str):
+        matches = list(matches)
     return {"version": str(version), "finding": finding, "script": script, "method": method, "matches": matches,
             "status": status, "exit_status": exit_status, "printed": lines[-5:]}
+
+
+def _confirms(matches, check: str) -> bool:
+    """Whether a replay's ``matches`` (a piece of a name, or several) is in the audit finding's name."""
+    pieces = [matches] if isinstance(matches, str) else list(matches or ())
+    return any(piece and piece in check for piece in pieces)
 
 
 def _sorted_versions(versions: Iterable[str]) -> list[str]:
@@ -265,8 +279,7 @@ def finding_ranges(rows: Sequence[Mapping], replays: Sequence[Mapping] = ()) -> 
         ends = {}
         for v in dict.fromkeys((versions[0], versions[-1])):
             ends[v] = {rep["finding"]: rep["status"] for rep in replays
-                       if rep["version"] == v and rep.get("method") == method and rep.get("matches")
-                       and rep["matches"] in check}
+                       if rep["version"] == v and rep.get("method") == method and _confirms(rep.get("matches"), check)}
         out.append({"kind": "audit", "finding": check, "method": method,
                     "tier": sorted(t for t in entry["tiers"] if t), "versions": versions,
                     "affects": [versions[0], versions[-1]], "fixed_in": None,

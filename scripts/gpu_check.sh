@@ -18,6 +18,9 @@
 #      kernel), each only if its engine imports;
 #   5b. vLLM end to end with specexact's tiny heads (--engine vllm --method eagle, eagle3,
 #      medusa, mtp), if vllm imports;
+#   5c. SGLang and LMDeploy end to end (--engine sglang: ngram, draft_model_greedy; --engine
+#      lmdeploy: eagle3) and their engine adapters' tests, each only if its engine imports
+#      (neither starts on a CPU: docs/engines/sglang.md, lmdeploy.md);
 #   6. the verifier benchmark on CUDA (python -m benchmarks --quick --only verifier);
 # then writes a summary (one line per step: name, exit status, seconds) to
 # ${OUT:-reports/gpu}/gpu_check-summary.txt and the audits' JSON reports beside it.
@@ -89,7 +92,7 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 SPECEXACT="$PY -m specexact"
 $PY - <<'EOF'
 import importlib
-for name in ("specexact", "flashinfer", "sglang", "sgl_kernel", "triton", "vllm"):
+for name in ("specexact", "flashinfer", "sglang", "sgl_kernel", "triton", "vllm", "lmdeploy"):
     try:
         m = importlib.import_module(name)
         print(f"{name:10s} {getattr(m, '__version__', '?')}")
@@ -139,6 +142,28 @@ if has vllm; then
     done
 else
     skip "audit vllm e2e heads cuda" "vllm does not import (carry the vllm wheel and its imports in .whl/)"
+fi
+
+# 5c. SGLang and LMDeploy end to end (issue 34): neither engine starts on a CPU (docs/engines/sglang.md,
+# lmdeploy.md, "End to end: why not on this CPU"), so their adapters first run here: the real-engine
+# tests (output protocol, seeded reproducibility) and the enumerable case of each method.
+if has sglang; then
+    step "pytest e2e sglang cuda" 240 $PY -m pytest -q tests/decoders/engines/test_sglang.py
+    for m in ngram draft_model_greedy; do
+        step "audit sglang e2e $m cuda" $(( BUDGET + 120 )) $SPECEXACT audit --engine sglang --method "$m" \
+            --case "e2e-llama-v64-$m-g2" --device cuda --budget "$BUDGET" --call-timeout 300 \
+            --report-dir "$OUTDIR" --no-html --quiet
+    done
+else
+    skip "audit sglang e2e cuda" "sglang does not import (carry the sglang wheel and its imports in .whl/)"
+fi
+if has lmdeploy; then
+    step "pytest e2e lmdeploy cuda" 240 $PY -m pytest -q tests/decoders/engines/test_lmdeploy.py
+    step "audit lmdeploy e2e eagle3 cuda" $(( BUDGET + 120 )) $SPECEXACT audit --engine lmdeploy --method eagle3 \
+        --case "e2e-llama-v64-eagle3-g2" --device cuda --budget "$BUDGET" --call-timeout 300 \
+        --report-dir "$OUTDIR" --no-html --quiet
+else
+    skip "audit lmdeploy e2e cuda" "lmdeploy does not import (carry the lmdeploy wheel and its imports in .whl/)"
 fi
 
 # 6. the verifier benchmark on CUDA.

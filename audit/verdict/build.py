@@ -33,7 +33,7 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "build_report", "accepted_length_histogra
 
 SCHEMA = "specexact.audit/1"
 """Major version tag of the JSON report; readers switch on it (``reports/schema.md``)."""
-SCHEMA_VERSION = "1.11"
+SCHEMA_VERSION = "1.12"
 """Full version: additions keep the major version, removals or changes of meaning bump it."""
 
 

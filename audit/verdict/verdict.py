@@ -26,6 +26,11 @@ The rules, all of them (the tiers are :mod:`specexact.audit.verdict.tiers`'s):
 9. Otherwise the command's verdict is the report's.
 10. A command whose verdict would be ``"pass"`` (by 8 or 9) ends in ``"error"`` when its
     fuzz phase could not run (the report's ``fuzz.error``): it never passes without it.
+11. A command none of whose cases got its engine started (every case's dict says
+    ``engine_not_started``: the engine's first load in the process raised, nothing of it
+    ran: :func:`not_started`) ends in ``"error"``, whatever else: nothing was audited. A
+    case started elsewhere (another case, or the case's run in a fresh process) keeps
+    rules 1-10.
 """
 
 from __future__ import annotations
@@ -34,10 +39,14 @@ from typing import Iterable, Mapping
 
 from specexact.audit.verdict.tiers import failing_tiers, tier_of
 
-__all__ = ["PASS", "FAIL", "ERROR", "fails", "decide_verdict", "command_verdict"]
+__all__ = ["PASS", "FAIL", "ERROR", "NOT_STARTED", "fails", "decide_verdict", "not_started", "command_verdict"]
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 """The verdicts: a report's is :data:`PASS` or :data:`FAIL`; a command's may be :data:`ERROR`."""
+NOT_STARTED = "engine_not_started"
+"""The case dict's key (since report schema 1.12, ``true`` when present) of an end-to-end case
+whose engine's first load in the audit's process raised: it did not start here
+(:func:`~specexact.audit.cases.e2e.sampling.run_e2e_case`)."""
 
 
 def fails(findings: Iterable[Mapping], strict_inputs: bool = False) -> bool:
@@ -68,10 +77,30 @@ def decide_verdict(findings: Iterable[Mapping], case_verdicts: Iterable[str], st
     return FAIL if (fails(findings, strict_inputs) or any(v != PASS for v in case_verdicts)) else PASS
 
 
+def not_started(case_dicts: Iterable[Mapping]) -> str | None:
+    """Why no case of an audit got its engine started (rule 11): the first line of the first
+    case's defect when there is a case and every case's dict has :data:`NOT_STARTED`, else
+    None.
+
+    Parameters
+    ----------
+    case_dicts : iterable of mapping
+        Every case's dict (the report's ``cases``).
+
+    Returns
+    -------
+    str or None
+    """
+    cases = list(case_dicts)
+    if not cases or not all(c.get(NOT_STARTED) for c in cases):
+        return None
+    return (cases[0].get("defect") or "").split("\n", 1)[0]
+
+
 def command_verdict(report_verdict: str, *, regressed: bool | None = None, fuzz_error: bool = False,
-                    comparison_failed: bool = False) -> str:
+                    comparison_failed: bool = False, engine_not_started: bool = False) -> str:
     """The verdict of a ``specexact audit`` command, which its exit status follows
-    (rules 7-10): :data:`PASS`, :data:`FAIL` or :data:`ERROR`.
+    (rules 7-11): :data:`PASS`, :data:`FAIL` or :data:`ERROR`.
 
     Parameters
     ----------
@@ -84,12 +113,14 @@ def command_verdict(report_verdict: str, *, regressed: bool | None = None, fuzz_
         Whether the audit's fuzz phase could not run.
     comparison_failed : bool
         Whether the comparison with the baseline failed.
+    engine_not_started : bool
+        Whether no case got its engine started (:func:`not_started`).
 
     Returns
     -------
     str
     """
-    if comparison_failed:
+    if comparison_failed or engine_not_started:
         return ERROR
     if regressed is not None:
         verdict = FAIL if regressed else PASS

@@ -40,7 +40,8 @@ def _load(spec: str):
     return obj, spec
 
 
-E2E_ENVS = {"vllm": "vllm-e2e", "transformers": "transformers-e2e", "mlx": "mlx-e2e", "llamacpp": "llamacpp-e2e"}
+E2E_ENVS = {"vllm": "vllm-e2e", "transformers": "transformers-e2e", "mlx": "mlx-e2e", "llamacpp": "llamacpp-e2e",
+            "sglang": "sglang-e2e", "lmdeploy": "lmdeploy-e2e"}
 """The tox env each registered engine's end-to-end audit runs in (tox.ini)."""
 
 

@@ -147,3 +147,66 @@ def test_an_engine_not_installed_here_exits_2_naming_its_environment(monkeypatch
     assert len(err.strip().splitlines()) == 1, err
     assert "needs no_such_module_xyz, not installed here; run it in its own environment: tox -e vllm-e2e" in err
     assert "internal error" not in err and not list(tmp_path.glob("*.json"))
+
+
+NOT_STARTING = '''
+from specexact.decoders.engines.builtin import BuiltinEngine
+
+
+class NeverStarts(BuiltinEngine):
+    name = "never_starts"
+
+    def load(self, *args, **kwargs):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+
+class GenerateRaises(BuiltinEngine):
+    name = "generate_raises"
+
+    def generate(self, requests, *, speculative):
+        raise RuntimeError("no kernel for this")
+'''
+
+
+BATCHES = ["--case", "e2e-llama-v64-draft_model-g2", "--batches", "2"]
+
+
+def _audit_fake(tmp_path, monkeypatch, engine, run=BATCHES):
+    (tmp_path / "notstarting_mod.py").write_text(NOT_STARTING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "reports"
+    code = main(["audit", "--engine", f"notstarting_mod:{engine}", "--method", "draft_model", "--requests-per-class",
+                 "8", *run, "--threads", "1", "--report-dir", str(out), "--no-html", "--no-journal", "--quiet"])
+    (path,) = out.glob("audit-*.json")  # the report is kept
+    return code, json.loads(path.read_text())
+
+
+@pytest.mark.statistical(checks=0)  # nothing is sampled
+@pytest.mark.parametrize("run", [BATCHES, ["--budget", "20"]], ids=["batches", "budget-with-pilot"])
+def test_an_engine_that_does_not_start_here_exits_2_with_one_line_and_keeps_its_report(tmp_path, monkeypatch,
+                                                                                          capsys, run):
+    """Issue 35: LMDeploy on a machine without CUDA was a defect (exit 1); nothing was audited.
+    With a budget the planning pilot's probe load raises first: the case's own load is still
+    the engine's first (a failed load leaves no mark)."""
+    code, report = _audit_fake(tmp_path, monkeypatch, "NeverStarts", run)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1] == ("specexact: error: the engine notstarting_mod:NeverStarts did not start here, so nothing was "
+                       "audited (its first load raised: AssertionError: Torch not compiled with CUDA enabled); the "
+                       "reports are written"), err[-1]
+    assert not any(line.startswith("specexact: error:") for line in err[:-1]) and "Traceback" not in "\n".join(err)
+    assert not any("defect on valid input" in line for line in err), err  # no finding: nothing was audited
+    assert report["cases"] and report["num_sequences"] == 0
+    for case in report["cases"]:
+        assert case["engine_not_started"] is True, case
+        assert case["defect"].startswith("crash in engine load: AssertionError: Torch not compiled with CUDA enabled")
+
+
+@pytest.mark.statistical(checks=0)  # every call crashes: only the defect
+def test_an_engine_that_started_and_crashes_in_generate_is_still_a_defect(tmp_path, monkeypatch, capsys):
+    code, report = _audit_fake(tmp_path, monkeypatch, "GenerateRaises")
+    assert code == 1
+    (case,) = report["cases"]
+    assert "engine_not_started" not in case
+    assert case["defect"].startswith("crash in speculative generate call 0: RuntimeError: no kernel for this")
+    assert "specexact: error:" not in capsys.readouterr().err

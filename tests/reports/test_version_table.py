@@ -65,6 +65,13 @@ def test_a_defect_is_named_by_what_went_wrong():
     assert finding_name(dict(crash, defect="crash in speculative generate call 0: TypeError: isin() received an "
                                            "invalid combination; alone, these crash: class 2")) == finding_name(crash)
     assert finding_name({"check": "sequence_law[class 2]", "tier": "inexact"}) == "sequence_law[class 2]"
+    # vLLM: an index read from uninitialised memory, and what the audit did after the crash, are not the name.
+    vllm = [{"check": "defect", "tier": "defect", "defect": f"crash in speculative generate call 0: RuntimeError: "
+             f"index {i} is out of bounds for dimension 1 with size 64{rest}"}
+            for i, rest in ((64, "; alone, these crash: class 1"),
+                            (-1879048448, "; the engine could not be loaded again after a crash (AttributeError: x)"),
+                            (1074849628, "; in fresh processes, alone, these crash: class 1"))]
+    assert {finding_name(f) for f in vllm} == {"defect: RuntimeError: index <n> is out of bounds for dimension 1 with size 64"}
 
 
 def test_replay_rows_read_the_exit_status():
@@ -110,6 +117,18 @@ def test_finding_ranges_first_last_and_fixed_in():
     assert replay["versions"] == ["5.0.0", "5.9.0"] and replay["affects"] == ["5.0.0", "5.9.0"]
     assert replay["fixed_in"] == "5.14.1"  # the first swept version after 5.9.0 where the replay ran clean
     assert replay["not_seen_in"] == ["5.14.1", "5.25.0"] and replay["errors"] == ["5.24.0"]
+
+
+def test_a_replay_may_confirm_any_of_several_names():
+    rows = [audit_row("0.31.0", "draft_model", _report("fail", [{"check": "defect", "tier": "defect", "defect":
+                                                                 "crash in speculative generate call 0: RuntimeError: "
+                                                                 "selected index k out of range"}]))]
+    pieces = ("out of bounds for dimension 1", "selected index k out of range")
+    replays = [replay_row("0.31.0", "topk", "t.py", 1, "finding reproduced", method="draft_model", matches=pieces),
+               replay_row("0.31.0", "law", "l.py", 1, "finding reproduced", method="draft_model", matches=pieces[:1])]
+    (audit, *_) = finding_ranges(rows, replays)
+    assert audit["replays_at_ends"] == {"0.31.0": {"topk": "reproduced"}}
+    assert replays[0]["matches"] == list(pieces)  # as the JSON table keeps it
 
 
 def test_a_replay_never_reproduced_has_no_range():

@@ -28,6 +28,7 @@ from typing import Callable
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.engine_call import FreshProcessWork, ensure_loaded, search_crashing_classes
 from specexact.audit.cases.e2e.sampling import run_e2e_case
+from specexact.audit.verdict.verdict import NOT_STARTED
 from specexact.audit.cases.result import CaseResult, case_seed
 from specexact.audit.core.levels import MIN_EXPECTED
 
@@ -60,6 +61,9 @@ def run_e2e_fresh(case: E2ECase, engine, work: FreshProcessWork, *, false_fail_r
     start = time.perf_counter()
     if work.whole_case:
         res = run_e2e_case(case, engine, num_batches=num_batches, time_budget_s=time_budget_s, **run)
+        # the engine ran in the audit's process before this one was started: a first load
+        # failing here is the case's defect, not an engine that did not start
+        res.extras.pop(NOT_STARTED, None)
         left = res.fresh_process
         checked = [] if res.num_sequences == 0 else _ids(res.case, range(len(res.case.row_classes)))
         searched = [] if left is None else _ids(case, left.searched)

@@ -12,8 +12,10 @@ mix), and checks each class's outputs
 logprobs it reported on the first call's outputs, against the exact law
 (:mod:`~specexact.audit.cases.e2e.logprob_checks`: deterministic, checked once the first call
 pair is back). A crash, a hang or a break of the output
-protocol is a defect; after a crash of a call holding several classes, the classes that
-crash alone are named and the case goes on with the others. An engine that cannot be loaded
+protocol is a defect (but an engine whose first load in the process raises did not start
+here: its case dict says ``engine_not_started``, and an audit none of whose cases started is
+an error, :func:`~specexact.audit.verdict.verdict.not_started`); after a crash of a call
+holding several classes, the classes that crash alone are named and the case goes on with the others. An engine that cannot be loaded
 again in this process after a crash leaves the rest to a fresh process
 (:attr:`CaseResult.fresh_process <specexact.audit.cases.result.CaseResult.fresh_process>`,
 :mod:`~specexact.audit.cases.e2e.fresh_process`).
@@ -48,6 +50,7 @@ from specexact.audit.cases.result import CaseResult, case_seed, enough_calls, sa
 from specexact.audit.core.errors import AuditInternalError
 from specexact.audit.core.levels import MIN_EXPECTED
 from specexact.audit.sampler.call_timeout import SamplerCallTimeout
+from specexact.audit.verdict.verdict import NOT_STARTED
 
 __all__ = ["run_e2e_case"]
 
@@ -102,6 +105,11 @@ def run_e2e_case(case: E2ECase, engine, *, false_fail_rate: float, seed: int = 0
                 where = "engine load (after another configuration was loaded in this process)"
             else:
                 where = "engine load"
+                # the engine's first load in this process raised (a hang stays a defect):
+                # nothing of it ever ran here, so the case audited nothing (the command's
+                # verdict: verdict.not_started)
+                if not isinstance(failure, SamplerCallTimeout):
+                    result.extras[NOT_STARTED] = True
             result.defect, chk = sampler_failure(failure, where, false_fail_rate)
             result.checks.append(chk)
             if (earlier is not None or had_loaded) and not isinstance(cause, SamplerCallTimeout):

@@ -3,7 +3,8 @@ docstring, on small hand-made findings and cases."""
 
 import pytest
 
-from specexact.audit.verdict.verdict import ERROR, FAIL, PASS, command_verdict, decide_verdict, fails
+from specexact.audit.verdict.verdict import (ERROR, FAIL, NOT_STARTED, PASS, command_verdict, decide_verdict, fails,
+                                             not_started)
 
 INEXACT = {"source": "check", "check": "sequence_law[class 0]", "kind": "inexactness", "tier": "inexact"}
 DEFECT = {"source": "check", "check": "defect", "kind": "crash", "tier": "defect"}
@@ -73,6 +74,16 @@ def test_rule_10_a_pass_without_the_fuzz_phase_is_an_error():
     assert command_verdict(FAIL, fuzz_error=True) == FAIL
     assert command_verdict(FAIL, regressed=False, fuzz_error=True) == ERROR
     assert command_verdict(PASS, regressed=True, fuzz_error=True) == FAIL
+
+
+def test_rule_11_no_case_that_started_is_an_error_whatever_else():
+    down = {"defect": "crash in engine load: AssertionError: no CUDA\nTraceback ...", NOT_STARTED: True}
+    ran = {"defect": "crash in speculative generate call 0: RuntimeError: x\n..."}
+    assert not_started([down, down]) == "crash in engine load: AssertionError: no CUDA"
+    assert not_started([down, ran]) is None and not_started([ran]) is None and not_started([]) is None
+    for report_verdict in (PASS, FAIL):
+        for regressed in (None, False, True):
+            assert command_verdict(report_verdict, regressed=regressed, engine_not_started=True) == ERROR
 
 
 def test_build_report_states_decide_verdict():
