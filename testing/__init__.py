@@ -25,12 +25,13 @@ from specexact.testing.assertions import (
     case_names,
     sampler_name_of,
 )
-from specexact.testing.engine import DEFAULT_ENGINE_BATCHES, assert_engine_exact, audit_engine
+from specexact.testing.engine import DEFAULT_ENGINE_BATCHES, EngineDidNotStart, assert_engine_exact, audit_engine
 from specexact.testing.profiles import register_profiles
 
 __all__ = [
     "AuditResult",
     "DEFAULT_ENGINE_BATCHES",
+    "EngineDidNotStart",
     "assert_engine_exact",
     "audit_engine",
     "DEFAULT_BATCHES",

@@ -18,8 +18,8 @@ import pytest
 
 from specexact.testing.assertions import AuditResult
 
-__all__ = ["audit_engine", "assert_engine_exact", "specexact_engine_check", "DEFAULT_ENGINE_BATCHES",
-           "DEFAULT_ENGINE_CALL_TIMEOUT_S"]
+__all__ = ["audit_engine", "assert_engine_exact", "specexact_engine_check", "EngineDidNotStart",
+           "DEFAULT_ENGINE_BATCHES", "DEFAULT_ENGINE_CALL_TIMEOUT_S"]
 
 DEFAULT_ENGINE_BATCHES = 2
 """Generate calls per case (each a speculative and a plain call) when neither ``batches`` nor
@@ -29,6 +29,16 @@ DEFAULT_ENGINE_CALL_TIMEOUT_S = 300.0
 """Seconds one ``load`` or ``generate`` call may take (``call_timeout_s``) before it counts as
 a hang: a ``load`` imports and starts the engine (vLLM: 40-90 s on two busy cores), a
 ``generate`` call runs a few thousand requests."""
+
+
+class EngineDidNotStart(RuntimeError):
+    """The engine's first load raised in every case: nothing was audited (not a finding; the
+    command line's exit status 2, :func:`~specexact.audit.verdict.verdict.not_started`).
+    ``report`` is the audit's report, with the load's error as each case's note."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
 
 
 def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", requests_per_class: int = 128,
@@ -78,10 +88,14 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
     ValueError
         Both ``batches`` and ``budget_s``, a method the engine does not declare, or a
         ``call_timeout_s`` that is not a positive number.
+    EngineDidNotStart
+        The engine's first load raised (a platform it does not run on, a missing package):
+        nothing was audited, so there is no verdict on the engine (the CLI exits 2 there).
     """
     from specexact.audit import AuditSettings, run_audit
     from specexact.audit.sampler.call_timeout import with_call_timeout
     from specexact.audit.sampler.samplers import ENGINE_SAMPLER_PREFIX
+    from specexact.audit.verdict.verdict import not_started
     from specexact.audit.cases.e2e.catalog import e2e_cases
     from specexact.decoders.engines import is_engine
 
@@ -100,9 +114,14 @@ def audit_engine(engine, *, method: str | None = None, pair: str = "llama-v64", 
                              threads=threads, fuzz=False)
     timed = with_call_timeout(engine, call_timeout_s)
     try:
-        return AuditResult(run_audit(timed, settings))
+        report = run_audit(timed, settings)
     finally:
         timed.close()
+    why = not_started(report["cases"])
+    if why is not None:
+        raise EngineDidNotStart(f"the engine {engine.name} did not start here, so nothing was audited (its first "
+                                f"load raised: {why.removeprefix('crash in engine load: ')})", report)
+    return AuditResult(report)
 
 
 def assert_engine_exact(engine, **kwargs) -> AuditResult:

@@ -7,7 +7,7 @@ from specexact.audit.cases.dispatch import checks_per_case
 from specexact.audit.zoo.e2e import SeedIgnored
 from specexact.decoders import verify
 from specexact.decoders.engines.builtin import BuiltinEngine
-from specexact.testing import assert_engine_exact, audit_engine
+from specexact.testing import EngineDidNotStart, assert_engine_exact, audit_engine
 
 pytest_plugins = ["pytester"]
 
@@ -33,6 +33,22 @@ def test_what_is_not_an_engine_is_refused():
         audit_engine(verify)
     with pytest.raises(ValueError, match="not both"):
         audit_engine(BuiltinEngine(), batches=2, budget_s=5.0)
+
+
+class NeverStarts(BuiltinEngine):
+    name = "never_starts"
+
+    def load(self, *args, **kwargs):
+        raise AssertionError("Torch not compiled with CUDA enabled")  # LMDeploy's first load on a CPU
+
+
+def test_an_engine_that_never_starts_here_is_not_audited_not_failed():
+    """Its first load raised: no verdict on the engine (the CLI exits 2), not an AssertionError."""
+    with pytest.raises(EngineDidNotStart, match=r"never_starts did not start here.*AssertionError: Torch not compiled"
+                       ) as info:
+        assert_engine_exact(NeverStarts(), method="draft_model", requests_per_class=8)
+    (case,) = info.value.report["cases"]
+    assert case["engine_not_started"] and case["num_sequences"] == 0
 
 
 def test_the_fixture_follows_the_session_budget_and_fails_a_planted_fault(pytester):
