@@ -51,6 +51,8 @@ REPLAYS = (
     # The same crash in the draft-model audit's scenarios (the engine's plain sampling raises).
     ("vllm-e2e-chunked-prefill-seed-draft", "scripts/replays/vllm_e2e_chunked_prefill_seed.py --method draft_model",
      "draft_model", "does not use offset"),
+    # independent_requests: the unseeded requests of one call against pairs across calls (the law aside).
+    ("vllm-e2e-unseeded-pairs", "scripts/replays/vllm_e2e_unseeded_pairs.py", "draft_model", "independent_requests"),
     # The audit's harness meets it (an engine that cannot start again after the n-gram
     # proposer imported numba: the ngram audit's fresh processes); no check is named for it.
     ("vllm-e2e-llvmlite-rebind", "scripts/replays/vllm_e2e_llvmlite_rebind.py", "ngram", None),

@@ -34,7 +34,7 @@ a hang: a ``load`` imports and starts the engine (vLLM: 40-90 s on two busy core
 class EngineDidNotStart(RuntimeError):
     """The engine's first load raised in every case: nothing was audited (not a finding; the
     command line's exit status 2, :func:`~specexact.audit.verdict.verdict.not_started`).
-    ``report`` is the audit's report, with the load's error as each case's note."""
+    ``report`` is the audit's report, with the load's error as each case's defect."""
 
     def __init__(self, message: str, report: dict):
         super().__init__(message)

@@ -196,8 +196,9 @@ class LmdeployEngine:
                                      "step); serve/core/async_engine.py (random.getrandbits(64) for an unseeded one)"),
             notes=("lmdeploy.pipeline(PytorchEngineConfig(eager_mode, session_len)); token-id prompts through "
                    "AsyncEngine.preprocess(input_ids=...) and generate(stream_response=False) on the pipeline's loop; "
-                   "stop_token_ids=[eos] only for the model's EOS, ignore_eos when no EOS; the stop token LMDeploy "
-                   "cuts from the output appended back on finish_reason='stop'; no presence / frequency penalties"))
+                   "stop_token_ids=[eos] only for the model's EOS, ignore_eos when no EOS; include_stop_str_in_output "
+                   "(the stop token in the output); a request's output: its GenOut chunks' token_ids joined; no "
+                   "presence / frequency penalties"))
 
     async def _run(self, pipe, requests: Sequence[GenerationRequest]) -> list:
         from lmdeploy import GenerationConfig
@@ -209,10 +210,7 @@ class LmdeployEngine:
             config = GenerationConfig(**generation_config_kwargs(req, model_eos_ids=self._eos_ids))
             pre = await engine.preprocess(None, self._sessions, gen_config=config,
                                           input_ids=list(req.prompt_token_ids), do_preprocess=False)
-            last = None
-            async for out in engine.generate(pre, stream_response=False):
-                last = out
-            return last
+            return [out async for out in engine.generate(pre, stream_response=False)]
 
         return await asyncio.gather(*(one(r) for r in requests))
 

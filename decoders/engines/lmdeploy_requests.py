@@ -26,11 +26,12 @@ presence / frequency      refused unless 0 (LMDeploy has neither)
 EOS: LMDeploy adds the tokenizer's and the generation config's EOS ids to every request's
 ``stop_token_ids`` (``GenerationConfig.update_from_hf_gen_cfg``) and stops at none of them
 under ``ignore_eos``; so a request whose EOS is another token than the model's is refused.
-The output leaves the stop token out ("The returned output will not contain the stop
-tokens"; ``AsyncEngine.generate`` cuts it and sets ``finish_reason="stop"``): the adapter
-appends the request's EOS to an output that finished with ``"stop"``, which is the one
-token that can have stopped it (a layout translation: the token LMDeploy documents it
-removed).
+Output: ``AsyncEngine.generate`` streams each step's new ids in a ``GenOut`` (``token_ids``
+from the detokenizer's offset on), then a last ``GenOut`` with ``finish_reason`` and no ids;
+the stop token is cut from the output unless ``include_stop_str_in_output=True``, which the
+adapter sets (the last ``GenOut`` then carries it: ``serve/core/async_engine.py``). A
+request's output is the concatenation of its ``GenOut`` s' ``token_ids``, as LMDeploy's own
+``Pipeline`` joins them (``Response.extend``).
 """
 
 from __future__ import annotations
@@ -85,28 +86,28 @@ def generation_config_kwargs(request: GenerationRequest, *, model_eos_ids: Seque
                 top_k=int(p.top_k), top_p=float(p.top_p), min_p=float(p.min_p),
                 repetition_penalty=float(p.repetition_penalty),
                 random_seed=None if request.seed is None else int(request.seed), ignore_eos=eos is None,
-                stop_token_ids=None if eos is None else [int(eos)], skip_special_tokens=False)
+                stop_token_ids=None if eos is None else [int(eos)], skip_special_tokens=False,
+                include_stop_str_in_output=True)
 
 
-def generation_result(out: Any, request: GenerationRequest) -> GenerationResult:
-    """``GenerationResult`` of LMDeploy's last ``GenOut`` (or ``Response``) of ``request``.
+def generation_result(chunks: Sequence[Any], request: GenerationRequest) -> GenerationResult:
+    """``GenerationResult`` of LMDeploy's ``GenOut`` s of ``request``, in the order yielded.
 
-    ``token_ids`` as LMDeploy returns them, with the request's EOS appended where it reports
-    ``finish_reason == "stop"`` (module docstring); LMDeploy reports no acceptance counts.
+    ``token_ids``: every chunk's ``token_ids`` concatenated (module docstring), the stop token
+    included (``include_stop_str_in_output``); LMDeploy reports no acceptance counts.
 
     Raises
     ------
     ValueError
-        An output that finished with ``"error"`` or ``"abort"`` (the message quotes it), or a
-        ``"stop"`` for a request without EOS.
+        No chunk, or an output that finished with ``"error"`` or ``"abort"`` (the message
+        quotes it).
     """
-    reason = getattr(out, "finish_reason", None)
+    chunks = list(chunks)
+    if not chunks:
+        raise ValueError("LMDeploy yielded no output for the request")
+    last = chunks[-1]
+    reason = getattr(last, "finish_reason", None)
     if reason in ("error", "abort"):
         raise ValueError(f"LMDeploy ended the request with finish_reason={reason!r}: "
-                         f"{getattr(out, 'error_message', None) or getattr(out, 'response', '')!r}")
-    tokens = tuple(int(t) for t in (getattr(out, "token_ids", None) or ()))
-    if reason == "stop":
-        if request.eos_token_id is None:
-            raise ValueError("LMDeploy reports finish_reason='stop' for a request without a stop token")
-        tokens = tokens + (int(request.eos_token_id),)
-    return GenerationResult(token_ids=tokens)
+                         f"{getattr(last, 'error_message', None) or getattr(last, 'response', '')!r}")
+    return GenerationResult(token_ids=tuple(int(t) for c in chunks for t in (getattr(c, "token_ids", None) or ())))

@@ -64,7 +64,7 @@ if script == "vllm_e2e_chunked_prefill_seed.py":
 if script == "vllm_e2e_llvmlite_rebind.py":
     print("engine started: not reproduced")
     sys.exit(0)
-print("finding reproduced")  # vllm_e2e_second_token.py: the canonical line of its own
+print("finding reproduced")  # vllm_e2e_second_token.py, vllm_e2e_unseeded_pairs.py: the canonical line
 sys.exit(1)
 '''
 
@@ -109,6 +109,7 @@ def test_the_vllm_sweep_writes_its_rows_replays_and_table(tmp_path, monkeypatch)
     assert status_of == {
         **{(v, "vllm-e2e-topk-crash"): "reproduced" for v in ("0.31.0", "0.32.0")},
         **{(v, "vllm-e2e-second-token"): "reproduced" for v in ("0.31.0", "0.32.0")},
+        **{(v, "vllm-e2e-unseeded-pairs"): "reproduced" for v in ("0.31.0", "0.32.0")},
         **{(v, "vllm-e2e-llvmlite-rebind"): "not reproduced" for v in ("0.31.0", "0.32.0")},
         ("0.31.0", "vllm-e2e-topk-crash-ngram"): "not reproduced", ("0.32.0", "vllm-e2e-topk-crash-ngram"): "error",
         **{(v, f"vllm-e2e-chunked-prefill-seed{d}"): "reproduced" for d in ("", "-draft") for v in ("0.31.0",)},
@@ -136,7 +137,7 @@ def test_the_vllm_sweep_writes_its_rows_replays_and_table(tmp_path, monkeypatch)
     assert [c["argv"][c["argv"].index("--method") + 1] for c in map(json.loads, log.read_text().splitlines())
             if "audit" in c["argv"]] == ["draft_model"]
     kept = json.loads((out / "vllm" / "0.31.0" / "sweep.json").read_text())
-    assert sorted(r["method"] for r in kept["rows"]) == ["draft_model", "ngram"] and len(kept["replays"]) == 6
+    assert sorted(r["method"] for r in kept["rows"]) == ["draft_model", "ngram"] and len(kept["replays"]) == 7
     assert kept["settings"]["method_budgets_s"] == {"draft_model": 7.0, "ngram": 1200.0}
     # One replay again (--replays-only): the kept audits' settings and the table's notes stay.
     version_sweep.main(["--engine", "vllm", "--table-only", "--note", "run at load 5", "--out", str(out)],
@@ -145,7 +146,7 @@ def test_the_vllm_sweep_writes_its_rows_replays_and_table(tmp_path, monkeypatch)
                         "vllm-e2e-chunked-prefill-seed-draft", "--out", str(out), "--envs", str(tmp_path / "envs")],
                        env_maker=_env_maker(tmp_path), log=lambda m: None)
     kept = json.loads((out / "vllm" / "0.31.0" / "sweep.json").read_text())
-    assert kept["settings"]["method_budgets_s"] == {"draft_model": 7.0, "ngram": 1200.0} and len(kept["replays"]) == 6
+    assert kept["settings"]["method_budgets_s"] == {"draft_model": 7.0, "ngram": 1200.0} and len(kept["replays"]) == 7
     assert json.loads((out / "vllm.json").read_text())["notes"] == ["run at load 5"]
     # transformers' own table is not touched by a vLLM sweep.
     assert not (out / "transformers.json").exists() and sorted(p.name for p in (out / "vllm").iterdir()) == [

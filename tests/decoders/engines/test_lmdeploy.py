@@ -42,8 +42,10 @@ class GenOut:
 
 
 class FakeAsyncEngine:
-    """``preprocess`` / ``generate`` as LMDeploy's ``AsyncEngine``: the stop token cut from the
-    output, ``finish_reason="stop"`` then; records the calls and the loop they ran on."""
+    """``preprocess`` / ``generate`` as LMDeploy 0.18.0's ``AsyncEngine`` streams (``serve/core/
+    async_engine.py``): one ``GenOut`` per step with that step's new ids (the stop token cut),
+    then a last one with ``finish_reason`` and no ids, or the stop token alone under
+    ``include_stop_str_in_output``; records the calls and the loop they ran on."""
 
     def __init__(self):
         self.calls, self.loops = [], set()
@@ -61,10 +63,13 @@ class FakeAsyncEngine:
         stop = set(cfg.stop_token_ids or []) if not cfg.ignore_eos else set()
         for j, t in enumerate(toks):
             if t in stop and j >= cfg.min_new_tokens:
-                yield GenOut(toks[:j], "stop")
+                for k in range(0, j, 2):  # two new ids a step
+                    yield GenOut(toks[k:min(k + 2, j)], None)
+                yield GenOut([t] if cfg.include_stop_str_in_output else [], "stop")
                 return
-        yield GenOut(toks[:1], None)
-        yield GenOut(toks, "length")
+        for k in range(0, len(toks), 2):
+            yield GenOut(toks[k:k + 2], None)
+        yield GenOut([], "length")
 
 
 class FakePipeline:
@@ -121,7 +126,8 @@ def test_request_maps_to_generation_config():
                             max_tokens=5, min_tokens=2, eos_token_id=EOS, seed=11)
     assert generation_config_kwargs(req, model_eos_ids=(EOS,)) == dict(
         n=1, max_new_tokens=5, min_new_tokens=2, do_sample=True, temperature=0.7, top_k=4, top_p=0.9, min_p=0.1,
-        repetition_penalty=1.3, random_seed=11, ignore_eos=False, stop_token_ids=[EOS], skip_special_tokens=False)
+        repetition_penalty=1.3, random_seed=11, ignore_eos=False, stop_token_ids=[EOS], skip_special_tokens=False,
+        include_stop_str_in_output=True)
     # greedy: do_sample False; top_k 0 (off) is sent (LMDeploy's own default is 50); no EOS: ignore_eos.
     greedy = generation_config_kwargs(GenerationRequest((5,), SamplingParams(temperature=0.0), seed=None),
                                       model_eos_ids=(EOS,))
@@ -146,12 +152,15 @@ def test_what_lmdeploy_cannot_state_is_refused(kwargs, field):
 
 def test_outputs_map_to_results():
     req = GenerationRequest((5,), max_tokens=4, eos_token_id=EOS)
-    assert generation_result(GenOut([3, 4], "stop"), req).token_ids == (3, 4, EOS)  # the cut stop token back
-    assert generation_result(GenOut([3, 4, 5, 6], "length"), req).token_ids == (3, 4, 5, 6)
+    assert generation_config_kwargs(req, model_eos_ids=(EOS,))["include_stop_str_in_output"] is True
+    # each step's new ids, then the finish: the stop token itself (include_stop_str_in_output) or nothing
+    assert generation_result([GenOut([3], None), GenOut([4], None), GenOut([EOS], "stop")], req).token_ids == (3, 4, EOS)
+    assert generation_result([GenOut([3, 4], None), GenOut([5, 6], None), GenOut([], "length")],
+                             req).token_ids == (3, 4, 5, 6)
     with pytest.raises(ValueError, match="error"):
-        generation_result(GenOut([], "error", error_message="boom"), req)
-    with pytest.raises(ValueError, match="without a stop token"):
-        generation_result(GenOut([3], "stop"), GenerationRequest((5,), max_tokens=4))
+        generation_result([GenOut([3], None), GenOut([], "error", error_message="boom")], req)
+    with pytest.raises(ValueError, match="no output"):
+        generation_result([], req)
 
 
 def test_tokenized_model_dir_links_the_target(llama_dirs):
