@@ -45,6 +45,7 @@ class ProbeCutOff(Exception):
 _UNPREPARED = object()
 _NOT_PREPARED = object()
 _ELSEWHERE = object()  # loads only in a fresh process (LoadsOnlyInFreshProcess): estimated, not timed
+_LOAD_RAISED = object()  # its first load in this process raised: costs that load's time (its run meets it)
 
 
 class _NotHere(Exception):
@@ -108,10 +109,19 @@ class _Pilot:
             except Exception:  # noqa: BLE001 - only a sampler's own load: the case's run meets it
                 if not stateful:
                     raise
-                # An engine that cannot load this configuration in this process (vLLM after
-                # its n-gram proposer imported numba): not timed here; the case's own run
-                # loads it again (in a fresh process where the engine needs one).
-                self.prepared[i] = _UNPREPARED
+                if any(p is not _NOT_PREPARED and p is not _LOAD_RAISED and p is not _UNPREPARED
+                       and p is not _ELSEWHERE for p in self.prepared):
+                    # An engine that cannot load this configuration after another one loaded
+                    # here (vLLM after its n-gram proposer imported numba): the case's run
+                    # goes to a fresh process, estimated as such a case is (base_costs).
+                    self.prepared[i] = _ELSEWHERE
+                    self.elsewhere.add(i)
+                else:
+                    # Its first load raised: the case's own run loads again and meets it (a
+                    # defect, or an engine that does not start here), at about this cost; it
+                    # is never priced at the call limit and left out for the budget unseen.
+                    self.prepared[i] = _LOAD_RAISED
+                    self.load_s[i] = time.perf_counter() - t0
 
     def _prepare(self, case):
         """What one call needs (its kind's :meth:`~specexact.audit.cases.protocol.CaseKind.prepare`:
@@ -136,6 +146,8 @@ class _Pilot:
             raise _NotHere(case.name)
         if self.prepared[i] is _UNPREPARED:
             raise ProbeCutOff(f"case {case.name}: its preparation ran past the per-call limit")
+        if self.prepared[i] is _LOAD_RAISED:
+            raise ProbeCutOff(f"case {case.name}: its load raised")
         kind_of(case).call(case, self.prepared[i], v, rows=rows, device=self.dev, full=rows is None)
 
     def _settle(self) -> None:
@@ -169,6 +181,8 @@ class _Pilot:
         rows = 4 * len(getattr(self.cases[0], "row_classes", (1,)))
         cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
         self._ensure_prepared(0)
+        if self.prepared[0] is _LOAD_RAISED:  # nothing loaded to warm up
+            return 0.0
         t0 = time.perf_counter()
         try:
             self._probe(lambda: self._call(0, rows, self.chosen), cutoff_s)
@@ -239,6 +253,10 @@ class _Pilot:
         the call is abandoned (:class:`ProbeCutOff`)."""
         cutoff_s = self.limit_s if cutoff_s is None else cutoff_s
         self._ensure_prepared(i)
+        if self.prepared[i] is _LOAD_RAISED:  # a call of it is its load raising again
+            self.crashed.add(i)
+            self.measured.add(i)
+            return max(self.load_s[i], 1e-4)
         t0 = time.perf_counter()
         crashed_s = 0.0
         try:

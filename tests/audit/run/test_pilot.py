@@ -233,3 +233,36 @@ def test_an_engine_that_cannot_load_a_cases_configuration_is_not_an_error_of_the
 
     result = run_case(cases[0], engine, false_fail_rate=1e-3, seed=0, num_batches=2)
     assert result.defect is None, result.defect
+
+
+LOAD_RAISES_AT_K2 = '''
+from specexact.decoders.engines.builtin import BuiltinEngine
+
+
+class K2Raises(BuiltinEngine):
+    name = "k2_raises"  # cannot load the gamma = 2 configuration; the long case's gamma = 4 loads
+
+    def load(self, *args, num_speculative_tokens, **kwargs):
+        if num_speculative_tokens == 2:
+            raise RuntimeError("cannot load gamma = 2")
+        return super().load(*args, num_speculative_tokens=num_speculative_tokens, **kwargs)
+'''
+
+
+@pytest.mark.statistical(checks=0)  # the verdict asserted is the load's defect
+def test_a_case_whose_load_raised_in_the_pilot_is_run_and_found_not_left_out_for_the_budget(tmp_path, monkeypatch):
+    """The pilot priced a case whose probe load raised at the call limit (300 s), the plan left
+    it out "for the budget", and the audit passed with the load's error nowhere (a new user's
+    review, 2026-12-08): it costs its load's time and its run meets the raise."""
+    (tmp_path / "k2mod.py").write_text(textwrap.dedent(LOAD_RAISES_AT_K2))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "reports"
+    code = main(["audit", "--engine", "k2mod:K2Raises", "--method", "draft_model", "--requests-per-class", "8",
+                 "--case", "e2e-llama-v64-draft_model-g2", "--case", "e2e-llama-v64-draft_model-long-g4",
+                 "--budget", "20", "--threads", "1", "--no-html", "--no-journal", "--quiet", "--report-dir", str(out)])
+    assert code == 1
+    report = json.loads(next(out.glob("audit-*.json")).read_text())
+    cases = {c["case"] if "case" in c else c["name"]: c for c in report["cases"]}
+    g2 = cases["e2e-llama-v64-draft_model-g2"]
+    assert "cannot load gamma = 2" in (g2.get("defect") or ""), g2
+    assert any("cannot load gamma = 2" in f["message"] for f in report["findings"])
