@@ -17,7 +17,13 @@ from specexact.audit.sampler.call_timeout import SamplerCallTimeout
 from specexact.decoders import VerifierProtocolError
 from specexact.exactness.results import CheckResult
 
-__all__ = ["CaseResult", "case_seed", "defect_check", "enough_calls", "sampler_failure", "TRACEBACK_FRAMES"]
+__all__ = ["CaseResult", "case_seed", "defect_check", "enough_calls", "sampler_failure", "TRACEBACK_FRAMES",
+           "NOT_STARTED"]
+
+NOT_STARTED = "engine_not_started"
+"""The case dict's key (since report schema 1.12, ``true`` when present) of an end-to-end case
+whose engine's first load in the audit's process raised: it did not start here
+(:func:`~specexact.audit.cases.e2e.sampling.run_e2e_case`)."""
 
 TRACEBACK_FRAMES = 12
 """Innermost stack frames of a sampler's exception kept in the case's ``defect`` text."""

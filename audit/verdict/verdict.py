@@ -37,18 +37,13 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from specexact.audit.cases.result import NOT_STARTED
 from specexact.audit.verdict.tiers import failing_tiers, tier_of
 
 __all__ = ["PASS", "FAIL", "ERROR", "NOT_STARTED", "fails", "decide_verdict", "not_started", "command_verdict"]
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 """The verdicts: a report's is :data:`PASS` or :data:`FAIL`; a command's may be :data:`ERROR`."""
-NOT_STARTED = "engine_not_started"
-"""The case dict's key (since report schema 1.12, ``true`` when present) of an end-to-end case
-whose engine's first load in the audit's process raised: it did not start here
-(:func:`~specexact.audit.cases.e2e.sampling.run_e2e_case`)."""
-
-
 def fails(findings: Iterable[Mapping], strict_inputs: bool = False) -> bool:
     """Whether any of ``findings`` (each with ``tier``, or one is computed) fails the audit
     (rules 1-3)."""

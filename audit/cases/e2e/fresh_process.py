@@ -28,8 +28,7 @@ from typing import Callable
 from specexact.audit.cases.e2e.case import E2ECase
 from specexact.audit.cases.e2e.engine_call import FreshProcessWork, ensure_loaded, search_crashing_classes
 from specexact.audit.cases.e2e.sampling import run_e2e_case
-from specexact.audit.verdict.verdict import NOT_STARTED
-from specexact.audit.cases.result import CaseResult, case_seed
+from specexact.audit.cases.result import CaseResult, case_seed, NOT_STARTED
 from specexact.audit.core.levels import MIN_EXPECTED
 
 __all__ = ["run_e2e_fresh", "continue_in_fresh_processes", "MAX_FRESH_PROCESSES"]

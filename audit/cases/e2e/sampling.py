@@ -46,11 +46,10 @@ from specexact.audit.cases.e2e.engine_call import (
     stale_exception,
     stale_reason,
 )
-from specexact.audit.cases.result import CaseResult, case_seed, enough_calls, sampler_failure
+from specexact.audit.cases.result import CaseResult, case_seed, enough_calls, sampler_failure, NOT_STARTED
 from specexact.audit.core.errors import AuditInternalError
 from specexact.audit.core.levels import MIN_EXPECTED
 from specexact.audit.sampler.call_timeout import SamplerCallTimeout
-from specexact.audit.verdict.verdict import NOT_STARTED
 
 __all__ = ["run_e2e_case"]
 
