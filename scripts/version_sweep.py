@@ -352,7 +352,8 @@ def write_table(args, log) -> Path:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", choices=sorted(ENGINES), default=ENGINE)
+    parser.add_argument("--engine", choices=sorted(ENGINES), default=ENGINE,
+                        help=f"the engine whose releases are swept (default: {ENGINE})")
     parser.add_argument("--versions", nargs="+", default=None, help="releases, run in this order (default: the engine's)")
     parser.add_argument("--methods", nargs="+", default=None, help="default: the engine's")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per audit (default 60)")
