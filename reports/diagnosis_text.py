@@ -78,3 +78,19 @@ def _ranges(ids: list[int]) -> str:
         else:
             runs.append([i, i])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def not_started_text(report: dict) -> str | None:
+    """The words every renderer puts under the title when no case of an end-to-end audit got
+    its engine started (:func:`~specexact.audit.verdict.verdict.not_started`: the command's
+    verdict is ``error``, exit status 2), else None. The report's own ``verdict`` stays
+    ``fail`` (the schema's pass / fail), so the text says what it means."""
+    from specexact.audit.verdict.verdict import not_started
+
+    why = not_started(report.get("cases") or [])
+    if why is None:
+        return None
+    return ("Not audited: the engine did not start here (its first load raised in every case: "
+            f"{why.removeprefix('crash in engine load: ')}). The command's verdict is error (exit status 2); "
+            "the defect below is that load's error, not a finding on the engine.")
+

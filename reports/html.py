@@ -75,12 +75,13 @@ _TEMPLATE = r"""<!DOCTYPE html>
 <body>
 <main>
 <h1><span>specexact audit of</span> <code class="name">{{ r.sampler.name }}</code>
-  <span class="badge {{ r.verdict }}">{{ r.verdict|upper }}</span></h1>
+  <span class="badge {{ r.verdict }}">{{ "NOT AUDITED" if not_started else r.verdict|upper }}</span></h1>
 <p class="lead">sampler <code>{{ r.sampler.target }}</code>{% if r.sampler.package %}
   ({{ r.sampler.package.name }} {{ r.sampler.package.version or "" }}){% endif %} ·
   started {{ r.started_at }} UTC · {{ "%.1f"|format(r.wall_time_s) }} s ·
   {{ "{:,}".format(r.num_sequences) }} sequences{% if shard %} · <b>shard {{ shard.index }}/{{ shard.count }}</b>{% endif %}</p>
 
+{% if not_started %}<h2>{{ not_started }}</h2>{% endif %}
 {% if baseline %}
 <h2>{{ baseline.headline }}</h2>
 <p class="note">The exit status follows this comparison, not the verdict above.</p>
@@ -368,6 +369,8 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
     if report.get("shards"):
         kv.append(("merged shards", "; ".join(f"{sh['index']}/{sh['count']}: {', '.join(sh['cases'])}"
                                              for sh in report["shards"])))
+    from specexact.reports.diagnosis_text import not_started_text
+
     env_j = jinja2.Environment(autoescape=True)
     template = env_j.from_string(_TEMPLATE)
     return template.render(
@@ -385,6 +388,7 @@ def render_html(report: dict, history: Sequence[dict] = ()) -> str:
         scheme_rows=[a for a in report.get("acceptance") or []
                      if a.get("scheme") not in (None, "tokenwise") or a.get("note")],
         fuzz_section=fuzz_html(report),  # escaped by its own template (reports/fuzz_section.py)
+        not_started=not_started_text(report),
     )
 
 

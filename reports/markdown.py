@@ -164,10 +164,15 @@ def render_markdown(report: dict, history: Sequence[dict] = ()) -> str:
     env = report["environment"]
     plan = report.get("plan") or {}
     shard = s.get("shard")
+    from specexact.reports.diagnosis_text import not_started_text
+
+    not_started = not_started_text(report)
     lines = [
-        f"# specexact audit: {_cell(report['sampler']['name'])} — **{report['verdict'].upper()}**"
+        f"# specexact audit: {_cell(report['sampler']['name'])} — "
+        + ("**NOT AUDITED**" if not_started else f"**{report['verdict'].upper()}**")
         + (f" (shard {shard['index']}/{shard['count']})" if shard else ""),
         "",
+        *([f"**{_cell(not_started)}**", ""] if not_started else []),
         *_diagnosis_section(report),
         *_baseline_section(report),
         f"- sampler: {_code(report['sampler']['target'])}",

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specexact.cli import main
+from specexact.reports.html import render_html
 
 
 @pytest.fixture(autouse=True)
@@ -178,7 +179,9 @@ def _audit_fake(tmp_path, monkeypatch, engine, run=BATCHES):
     code = main(["audit", "--engine", f"notstarting_mod:{engine}", "--method", "draft_model", "--requests-per-class",
                  "8", *run, "--threads", "1", "--report-dir", str(out), "--no-html", "--no-journal", "--quiet"])
     (path,) = out.glob("audit-*.json")  # the report is kept
-    return code, json.loads(path.read_text())
+    report = json.loads(path.read_text())
+    report["_markdown"] = path.with_suffix(".md").read_text()
+    return code, report
 
 
 @pytest.mark.statistical(checks=0)  # nothing is sampled
@@ -200,6 +203,13 @@ def test_an_engine_that_does_not_start_here_exits_2_with_one_line_and_keeps_its_
     for case in report["cases"]:
         assert case["engine_not_started"] is True, case
         assert case["defect"].startswith("crash in engine load: AssertionError: Torch not compiled with CUDA enabled")
+    # the reports say so where they would say FAIL (the JSON's verdict stays pass / fail: the schema)
+    said = ("Not audited: the engine did not start here (its first load raised in every case: AssertionError: "
+            "Torch not compiled with CUDA enabled")
+    md = report.pop("_markdown")
+    assert md.splitlines()[0].endswith("— **NOT AUDITED**") and said in md, md[:600]
+    html = render_html(report)
+    assert "NOT AUDITED</span></h1>" in html and said in html
 
 
 @pytest.mark.statistical(checks=0)  # every call crashes: only the defect
@@ -208,5 +218,6 @@ def test_an_engine_that_started_and_crashes_in_generate_is_still_a_defect(tmp_pa
     assert code == 1
     (case,) = report["cases"]
     assert "engine_not_started" not in case
+    assert "NOT AUDITED" not in report["_markdown"] and report["_markdown"].splitlines()[0].endswith("**FAIL**")
     assert case["defect"].startswith("crash in speculative generate call 0: RuntimeError: no kernel for this")
     assert "specexact: error:" not in capsys.readouterr().err
