@@ -50,7 +50,7 @@ from specexact.decoders.processing import LogitsProcessing
 
 from .lmdeploy_requests import generation_config_kwargs, generation_result
 from .model_eos import model_eos_ids
-from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .protocol import EngineCapabilities, GenerationRequest, GenerationResult, installed_version
 from .seeds import SeedPromise
 
 __all__ = ["METHODS", "LMDEPLOY_E2E_PROCESSING", "TESTED_VERSIONS", "LmdeployEngine", "tokenized_model_dir"]
@@ -181,12 +181,7 @@ class LmdeployEngine:
 
     def capabilities(self) -> EngineCapabilities:
         """What this adapter runs and LMDeploy's semantics (module docstring)."""
-        try:
-            from importlib.metadata import version as dist_version
-
-            version = dist_version("lmdeploy")
-        except Exception:  # noqa: BLE001 - not installed
-            version = ""
+        version = installed_version("lmdeploy")
         return EngineCapabilities(
             methods=METHODS, processing=LMDEPLOY_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=False, version=version, acceptance_scheme="tokenwise",

@@ -377,3 +377,17 @@ def is_engine(obj: object) -> bool:
     """Whether ``obj`` is an end-to-end engine (:class:`EndToEndEngine`: ``name``,
     ``capabilities()``, ``load``, ``generate``, ``close``), which only end-to-end cases audit."""
     return isinstance(obj, EndToEndEngine) and callable(getattr(obj, "capabilities", None))
+
+
+def installed_version(*dists: str) -> str:
+    """The version of the first of ``dists`` installed here (an adapter's
+    :attr:`EngineCapabilities.version`), or ``""`` when none is."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in dists:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return ""
+

@@ -55,7 +55,7 @@ from typing import Sequence
 from specexact.decoders.processing import LogitsProcessing
 
 from .model_eos import model_eos_ids
-from .protocol import EngineCapabilities, GenerationRequest, GenerationResult
+from .protocol import EngineCapabilities, GenerationRequest, GenerationResult, installed_version
 from .seeds import SeedPromise
 from .sglang_requests import generation_results, sampling_params
 
@@ -196,12 +196,7 @@ class SglangEngine:
 
     def capabilities(self) -> EngineCapabilities:
         """What this adapter runs and SGLang's semantics (module docstring)."""
-        try:
-            from importlib.metadata import version as dist_version
-
-            version = dist_version("sglang")
-        except Exception:  # noqa: BLE001 - not installed
-            version = ""
+        version = installed_version("sglang")
         return EngineCapabilities(
             methods=METHODS, processing=SGLANG_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
             per_request_seed=True, reports_acceptance=True, version=version, acceptance_scheme="tokenwise",

